@@ -1,0 +1,410 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFileSystemBoundary tries to read a canary in the caller's real home from inside, by every alias
+// the issue lists, and asserts the same probe finds it without the sandbox.
+func TestFileSystemBoundary(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		secret := filepath.Join(h.home, ".ssh", "id_canary")
+		rel, _ := filepath.Rel(h.ws, secret)
+		// A malicious repository ships a link to the user's key.
+		if err := os.Symlink(secret, filepath.Join(h.ws, "innocent.txt")); err != nil {
+			t.Fatal(err)
+		}
+		os.Lchown(filepath.Join(h.ws, "innocent.txt"), h.who.uid, h.who.gid)
+		probes := map[string]string{
+			"direct":          "cat " + secret,
+			"dotdot":          "cat " + h.ws + "/" + rel,
+			"double slash":    "cat /" + strings.ReplaceAll(secret, "/", "//"),
+			"proc self root":  "cat /proc/self/root" + secret,
+			"planted symlink": "cat " + h.ws + "/innocent.txt",
+			"symlink inside":  "ln -sf " + secret + " l2 && cat l2",
+			"hardlink inside": "ln " + secret + " hard && cat hard",
+			"grep home":       "grep -rs SECRET " + h.home,
+		}
+		for name, script := range probes {
+			t.Run(name, func(t *testing.T) {
+				want := "SECRET-" + h.canary
+				if r := h.plain(script); !strings.Contains(r.stdout, want) {
+					t.Fatalf("control: the probe does not find the canary even without a sandbox, so it proves nothing:\n%s", r)
+				}
+				os.Remove(filepath.Join(h.ws, "l2"))
+				os.Remove(filepath.Join(h.ws, "hard"))
+				if r := h.sandboxed("", script); strings.Contains(r.stdout+r.stderr, h.canary) {
+					t.Fatalf("the sandbox leaked the canary:\n%s", r)
+				}
+			})
+		}
+	})
+}
+
+// TestWritesStayInside writes everywhere it can think of from inside and checks that the host only
+// changed where the workspace lets it.
+func TestWritesStayInside(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		escape := filepath.Join(h.base, "escaped-"+h.canary)
+		homeFile := filepath.Join(h.home, "planted-"+h.canary)
+		script := fmt.Sprintf(`for f in %s %s /usr/planted-%s /etc/planted-%s /planted-%s /tmp/x; do echo x > "$f"; done 2>/dev/null; true`,
+			escape, homeFile, h.canary, h.canary, h.canary)
+		r := h.sandboxed("", script)
+		if r.code != 0 {
+			t.Fatalf("sandbox run failed:\n%s", r)
+		}
+		for _, p := range []string{escape, homeFile, "/usr/planted-" + h.canary, "/etc/planted-" + h.canary, "/planted-" + h.canary} {
+			if _, err := os.Lstat(p); err == nil {
+				os.Remove(p)
+				t.Errorf("%s was written on the host from inside the sandbox", p)
+			}
+		}
+		// Control: the same writes without a sandbox reach the host (those the caller may write).
+		h.plain(script)
+		for _, p := range []string{escape, homeFile} {
+			if _, err := os.Lstat(p); err != nil {
+				t.Errorf("control: %s was not written without the sandbox either, so the test proves nothing", p)
+			}
+		}
+		for _, p := range []string{"/usr/planted-" + h.canary, "/etc/planted-" + h.canary, "/planted-" + h.canary} {
+			os.Remove(p)
+		}
+	})
+}
+
+// TestHostProcessesInvisible starts a host process with a canary in its environment and tries to see
+// it, read its environment, signal it and ptrace it from inside.
+func TestHostProcessesInvisible(t *testing.T) {
+	requireTool(t, "python3")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		victim := h.command([]string{"VICTIM_CANARY=" + h.canary}, "sleep", "300")
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+		pid := victim.Process.Pid
+		probes := map[string]string{
+			"ps":      "ps -eo pid,args | grep -v grep | grep 'sleep 300' && echo " + h.canary,
+			"environ": "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep VICTIM_CANARY",
+			"signal":  fmt.Sprintf("kill -0 %d && echo %s", pid, h.canary),
+			"ptrace": fmt.Sprintf(`python3 -c '
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(16, %d, 0, 0) == 0: print("%s")
+'`, pid, h.canary),
+		}
+		for name, script := range probes {
+			t.Run(name, func(t *testing.T) {
+				if r := h.plain(script); !strings.Contains(r.stdout, h.canary) {
+					t.Fatalf("control: probe cannot see the host process without a sandbox:\n%s", r)
+				}
+				if r := h.sandboxed("", script); strings.Contains(r.stdout, h.canary) {
+					t.Fatalf("host process reachable from inside:\n%s", r)
+				}
+			})
+		}
+		if err := victim.Process.Signal(syscall.Signal(0)); err != nil {
+			t.Fatalf("the victim died: %v", err)
+		}
+	})
+}
+
+// TestKernelAttackSurface tries what seccomp, the capability drop and no_new_privs must stop: mount,
+// new user namespaces, ptrace of a sibling, TIOCSTI (plain and with the high-bit trick), raw and packet
+// sockets, MPTCP, keyctl, bpf, io_uring.
+func TestKernelAttackSurface(t *testing.T) {
+	requireTool(t, "python3")
+	libc := `import ctypes, os, sys, socket, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def ok(name): print("ESCAPED:" + name)
+`
+	probes := []struct {
+		name    string
+		script  string
+		control string // who can run the attack without a sandbox as a control: "all", "root" or "none"
+	}{
+		{"unshare user namespace", `ok("userns") if libc.unshare(0x10000000) == 0 else None`, "all"},
+		{"mount in new namespaces", `
+if libc.unshare(0x10000000|0x20000) == 0 and libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0: ok("mount")`, "all"},
+		{"mount directly", `ok("mount") if libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0 else None`, "none"},
+		{"ptrace sibling", `
+p = subprocess.Popen(["sleep", "30"])
+if libc.ptrace(16, p.pid, 0, 0) == 0: ok("ptrace")
+p.kill()`, "all"},
+		{"TIOCSTI", `
+m, s = os.openpty()
+if libc.ioctl(s, ctypes.c_ulong(0x5412), ctypes.c_char_p(b"x")) == 0: ok("tiocsti")`, "root"},
+		{"TIOCSTI high bits", `
+m, s = os.openpty()
+if libc.ioctl(s, ctypes.c_ulong(0x100005412), ctypes.c_char_p(b"x")) == 0: ok("tiocsti-high")`, "root"},
+		{"packet socket", `
+try:
+    socket.socket(17, socket.SOCK_RAW, 0); ok("packet")
+except OSError: pass`, "root"},
+		{"raw socket", `
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW | socket.SOCK_NONBLOCK, 1); ok("raw")
+except OSError: pass`, "root"},
+		{"mptcp socket", `
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); ok("mptcp")
+except OSError: pass`, "all"},
+		{"keyctl", `ok("keyctl") if libc.syscall(250, 0, -3, 0) >= 0 else None`, "all"},
+		{"io_uring", `
+buf = ctypes.create_string_buffer(120)
+fd = libc.syscall(425, 4, buf)
+if fd >= 0: ok("io_uring")`, "all"},
+		{"bpf", `
+buf = ctypes.create_string_buffer(128)
+if libc.syscall(321, 0, buf, 128) >= 0 or ctypes.get_errno() not in (1, 38): ok("bpf")`, "root"},
+	}
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		for _, p := range probes {
+			t.Run(p.name, func(t *testing.T) {
+				script := "python3 -c '" + libc + p.script + "'"
+				if p.control == "all" || (p.control == "root" && h.who.uid == 0) {
+					r := h.plain(script)
+					if !strings.Contains(r.stdout, "ESCAPED") && kernelAllows(p.name) {
+						t.Fatalf("control: the attack fails even without a sandbox, so the test proves nothing:\n%s", r)
+					}
+				}
+				if r := h.sandboxed("", script); strings.Contains(r.stdout, "ESCAPED") || r.code != 0 {
+					t.Fatalf("attack from inside was not stopped (or the probe failed):\n%s", r)
+				}
+			})
+		}
+	})
+}
+
+// kernelAllows says whether the control for a probe can succeed on this kernel at all.
+func kernelAllows(name string) bool {
+	switch name {
+	case "mptcp socket":
+		b, err := os.ReadFile("/proc/sys/net/mptcp/enabled")
+		return err == nil && strings.TrimSpace(string(b)) == "1"
+	case "TIOCSTI", "TIOCSTI high bits":
+		b, err := os.ReadFile("/proc/sys/dev/tty/legacy_tiocsti")
+		return os.Geteuid() == 0 || (err == nil && strings.TrimSpace(string(b)) == "1")
+	case "io_uring":
+		b, err := os.ReadFile("/proc/sys/kernel/io_uring_disabled")
+		return err != nil || strings.TrimSpace(string(b)) == "0"
+	}
+	return true
+}
+
+// TestPrivilegesDropped reads the command's own credentials from the kernel.
+func TestPrivilegesDropped(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		r := h.sandboxed("", "grep -E '^(Uid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
+		if r.code != 0 {
+			t.Fatalf("%s", r)
+		}
+		for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+			"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("missing %q in\n%s", want, r.stdout)
+			}
+		}
+		if strings.Contains(r.stdout, "Uid:\t0\t") {
+			t.Errorf("the command runs as uid 0 inside:\n%s", r.stdout)
+		}
+	})
+}
+
+// TestEnvironmentFromNothing puts secrets in the caller's environment and looks for them inside.
+func TestEnvironmentFromNothing(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		secrets := []string{"CORDON_CANARY=" + h.canary, "GITHUB_TOKEN=ghp_" + h.canary, "AWS_SECRET_ACCESS_KEY=" + h.canary, "SSH_AUTH_SOCK=/tmp/" + h.canary}
+		if r := h.plain("env", secrets...); !strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("control: env does not show the canary:\n%s", r)
+		}
+		r := h.sandboxed("", "env", secrets...)
+		if r.code != 0 || strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("caller's secrets reached the sandbox:\n%s", r)
+		}
+		// Named in the policy, it passes, with a warning.
+		r = h.sandboxed("env:\n  pass: [GITHUB_TOKEN]\n", "env", secrets...)
+		if !strings.Contains(r.stdout, "GITHUB_TOKEN=ghp_"+h.canary) || !strings.Contains(r.stderr, "GITHUB_TOKEN") {
+			t.Fatalf("env.pass did not pass the variable with a warning:\n%s", r)
+		}
+		if strings.Contains(r.stdout, "AWS_SECRET_ACCESS_KEY") {
+			t.Fatalf("an unnamed secret passed:\n%s", r)
+		}
+	})
+}
+
+// TestDenyMasks plants secrets in the project that the policy denies.
+func TestDenyMasks(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		h.writeFile(filepath.Join(h.ws, ".env"), "DB="+h.canary, 0o600)
+		h.writeFile(filepath.Join(h.ws, "sub", "key.pem"), h.canary, 0o600)
+		h.writeFile(filepath.Join(h.ws, "secrets", "a"), h.canary, 0o600)
+		os.Symlink(".env", filepath.Join(h.ws, "alias.env"))
+		h.chownAll(h.ws)
+		script := "cat .env sub/key.pem secrets/a alias.env 2>&1; ls secrets"
+		if r := h.plain(script); !strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("control: %s", r)
+		}
+		r := h.sandboxed("filesystem:\n  deny: [\"**/.env\", \"**/*.pem\", \"secrets/\", \"*.env\"]\n", script)
+		if strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("a denied path was readable:\n%s", r)
+		}
+	})
+}
+
+// TestLimits holds a fork bomb with the pids limit and an allocation with the memory limit.
+func TestLimits(t *testing.T) {
+	requireTool(t, "python3")
+	spawn := `python3 -c '
+import subprocess
+n = 0
+ps = []
+try:
+    for i in range(120):
+        ps.append(subprocess.Popen(["sleep", "20"])); n += 1
+except OSError: pass
+print("spawned", n)
+for p in ps: p.kill()
+'`
+	alloc := `python3 -c '
+b = bytearray(512 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+print("ALLOCATED")
+'`
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		t.Run("pids", func(t *testing.T) {
+			if r := h.plain(spawn); !strings.Contains(r.stdout, "spawned 120") {
+				t.Fatalf("control: %s", r)
+			}
+			r := h.sandboxed("limits:\n  pids: 40\n", spawn)
+			if strings.Contains(r.stdout, "spawned 120") || !strings.Contains(r.stdout, "spawned") {
+				t.Fatalf("the pids limit did not hold:\n%s", r)
+			}
+		})
+		t.Run("memory", func(t *testing.T) {
+			if r := h.plain(alloc); !strings.Contains(r.stdout, "ALLOCATED") {
+				t.Fatalf("control: %s", r)
+			}
+			r := h.sandboxed("limits:\n  memory: 128MiB\n", alloc)
+			if strings.Contains(r.stdout, "ALLOCATED") || r.code == 0 {
+				t.Fatalf("the memory limit did not hold:\n%s", r)
+			}
+		})
+		t.Run("timeout", func(t *testing.T) {
+			start := time.Now()
+			r := h.sandboxed("limits:\n  timeout: 1s\n", "sleep 30")
+			if r.code == 0 || time.Since(start) > 10*time.Second || !strings.Contains(r.stderr, "limits.timeout") {
+				t.Fatalf("the timeout did not hold (%s):\n%s", time.Since(start), r)
+			}
+		})
+	})
+}
+
+// TestKillNineLeavesNothing kills cordon with SIGKILL mid-run and checks that every sandboxed process
+// is gone within a second and no cgroup is left behind.
+func TestKillNineLeavesNothing(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		marker := fmt.Sprintf("%d.%s", 1000, h.canary[:6])
+		pol := h.policy("limits:\n  pids: 100\n")
+		before := map[string]bool{}
+		for _, g := range cgroupsNamed("cordon-") {
+			before[g] = true
+		}
+		cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "sleep "+marker+" & sleep "+marker+" & wait")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(pidsWithArg(marker)) < 2 {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatal("the sandboxed processes never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var groups []string
+		for _, g := range cgroupsNamed("cordon-") {
+			if !before[g] {
+				groups = append(groups, g)
+			}
+		}
+		if len(groups) == 0 && h.who.uid == 0 {
+			t.Fatal("the run created no cgroup, so this test cannot check that none is left behind")
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		deadline = time.Now().Add(time.Second)
+		for len(pidsWithArg(marker)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandboxed processes survived cordon's SIGKILL: %v", pidsWithArg(marker))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for {
+			var left []string
+			for _, g := range groups {
+				if _, err := os.Stat(g); err == nil {
+					left = append(left, g)
+				}
+			}
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cgroups left behind: %v", left)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// pidsWithArg lists host processes with arg among their arguments.
+func pidsWithArg(arg string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), arg) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+// cgroupsNamed lists cgroup directories (any hierarchy, any depth up to 4) whose name has prefix.
+func cgroupsNamed(prefix string) []string {
+	var out []string
+	filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(p, "/sys/fs/cgroup"), "/") > 5 {
+			return filepath.SkipDir
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestNestingOnlyWhenAllowed checks that sandbox.allowNesting opens user namespaces and nothing else.
+func TestNestingOnlyWhenAllowed(t *testing.T) {
+	requireTool(t, "unshare")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		if r := h.sandboxed("", "unshare -U true && echo NESTED"); strings.Contains(r.stdout, "NESTED") {
+			t.Fatalf("user namespace created without allowNesting:\n%s", r)
+		}
+		if r := h.sandboxed("sandbox:\n  allowNesting: true\n", "unshare -U true && echo NESTED"); !strings.Contains(r.stdout, "NESTED") {
+			t.Fatalf("allowNesting did not allow a user namespace:\n%s", r)
+		}
+	})
+}

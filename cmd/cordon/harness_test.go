@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests build the real cordon binary once and attack the boundary from inside real
+// sandboxes, as root and, where the host has the unprivileged test user, rootless. Every attack is
+// also run without the sandbox, to prove that the test's canary was reachable and the test can fail.
+
+var cordonBin string
+
+// testUserName is the unprivileged user the rootless variants run as (CI creates it; see .ci/run).
+const testUserName = "cordon-test"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cordon-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Chmod(dir, 0o755)
+	cordonBin = filepath.Join(dir, "cordon")
+	build := exec.Command("go", "build", "-o", cordonBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building cordon: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// who is an identity the tests run cordon as.
+type who struct {
+	name     string
+	uid, gid int
+}
+
+// identities returns root (when the test runs as root) and the unprivileged test user (when it
+// exists), or just the current user.
+func identities(t *testing.T) []who {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return []who{{name: "rootless", uid: os.Getuid(), gid: os.Getgid()}}
+	}
+	ids := []who{{name: "root", uid: 0, gid: 0}}
+	if u, err := user.Lookup(testUserName); err == nil {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		ids = append(ids, who{name: "rootless", uid: uid, gid: gid})
+	} else {
+		t.Logf("no user %q: rootless variants skipped (.ci/run creates it)", testUserName)
+	}
+	return ids
+}
+
+// harness is one caller's world: a home with secrets, a project, a policy outside the project.
+type harness struct {
+	t      *testing.T
+	who    who
+	base   string // owned by the caller: the parent of home and project
+	home   string
+	ws     string
+	canary string // random, unique to this test
+	env    []string
+}
+
+func newHarness(t *testing.T, w who) *harness {
+	t.Helper()
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o755)
+	h := &harness{t: t, who: w, base: base, home: filepath.Join(base, "home"), ws: filepath.Join(base, "project"), canary: randomHex(t)}
+	for _, d := range []string{h.home, h.ws, filepath.Join(h.home, ".ssh"), filepath.Join(h.home, ".config")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.writeFile(filepath.Join(h.home, ".ssh", "id_canary"), "SECRET-"+h.canary+"\n", 0o600)
+	h.env = []string{
+		"HOME=" + h.home, "USER=" + userName(w), "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+		"XDG_STATE_HOME=" + filepath.Join(h.home, ".local", "state"),
+		"XDG_CONFIG_HOME=" + filepath.Join(h.home, ".config"),
+		"LANG=C.UTF-8",
+	}
+	h.chownAll(base)
+	return h
+}
+
+func userName(w who) string {
+	if w.uid == 0 {
+		return "root"
+	}
+	if u, err := user.LookupId(strconv.Itoa(w.uid)); err == nil {
+		return u.Username
+	}
+	return "user"
+}
+
+func randomHex(t *testing.T) string {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func (h *harness) writeFile(path, content string, mode os.FileMode) {
+	h.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		h.t.Fatal(err)
+	}
+	os.Chown(path, h.who.uid, h.who.gid)
+}
+
+func (h *harness) chownAll(root string) {
+	filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err == nil {
+			os.Lchown(p, h.who.uid, h.who.gid)
+		}
+		return nil
+	})
+}
+
+// policy writes a policy file outside the project and returns its path.
+func (h *harness) policy(body string) string {
+	h.t.Helper()
+	p := filepath.Join(h.base, fmt.Sprintf("policy-%d.yaml", time.Now().UnixNano()))
+	h.writeFile(p, "version: 1\n"+body, 0o644)
+	return p
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+}
+
+// command prepares a process as the harness's caller, with the harness's environment.
+func (h *harness) command(extraEnv []string, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = h.ws
+	cmd.Env = append(append([]string{}, h.env...), extraEnv...)
+	if h.who.uid != os.Getuid() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(h.who.uid), Gid: uint32(h.who.gid)}}
+	}
+	return cmd
+}
+
+func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %v: %v", cmd.Args, err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// cordon runs `cordon ARGS...` as the caller.
+func (h *harness) cordon(extraEnv []string, stdin string, args ...string) result {
+	h.t.Helper()
+	return run(h.t, h.command(extraEnv, cordonBin, args...), stdin)
+}
+
+// sandboxed runs a shell script inside a sandbox with the given policy body.
+func (h *harness) sandboxed(policyBody, script string, extraEnv ...string) result {
+	h.t.Helper()
+	return h.cordon(extraEnv, "", "run", "--policy", h.policy(policyBody), "--", "sh", "-c", script)
+}
+
+// plain runs the same script without any sandbox: the control that proves the attack is real.
+func (h *harness) plain(script string, extraEnv ...string) result {
+	h.t.Helper()
+	return run(h.t, h.command(extraEnv, "sh", "-c", script), "")
+}
+
+// forEachIdentity runs f as a subtest for root and rootless.
+func forEachIdentity(t *testing.T, f func(t *testing.T, h *harness)) {
+	for _, w := range identities(t) {
+		w := w
+		t.Run(w.name, func(t *testing.T) { f(t, newHarness(t, w)) })
+	}
+}
+
+func requireTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("%s not installed (.ci/run installs it)", name)
+	}
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/cordon-sandbox/cordon/internal/console"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
+	"github.com/cordon-sandbox/cordon/internal/sandboxenv"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
+	"golang.org/x/term"
+)
+
+const runUsage = "run [--policy FILE] [--workspace DIR] -- COMMAND [ARG...]"
+
+func (a *app) cmdRun(args []string) int {
+	fl := a.flags("run", runUsage)
+	policyFlag := fl.String("policy", "", "policy `file` (must be outside the workspace)")
+	wsFlag := fl.String("workspace", "", "project `directory` the agent works on (default: the current directory)")
+	if code, ok := a.parse(fl, runUsage, args); !ok {
+		return code
+	}
+	argv := fl.Args()
+	if len(argv) == 0 {
+		a.errorf("run: no command given (usage: cordon %s)", runUsage)
+		return exitUsage
+	}
+
+	project, err := a.resolveWorkspace(*wsFlag)
+	if err != nil {
+		a.errorf("run: %v", err)
+		return exitCordon
+	}
+	pol, err := a.loadPolicy(*policyFlag, project)
+	if err != nil {
+		a.errorf("%v", err)
+		return exitCordon
+	}
+	store := a.store()
+	run, err := store.Create(runstate.Meta{Project: project, Command: argv})
+	if err != nil {
+		a.errorf("run: creating the run's state: %v", err)
+		return exitCordon
+	}
+	spec, err := a.buildSpec(pol, project, argv, run)
+	if err != nil {
+		a.dropRun(run)
+		a.errorf("run: %v", err)
+		return exitCordon
+	}
+	code, started := a.runSpec(spec, run.Meta.ID)
+	if !started {
+		a.dropRun(run)
+		return code
+	}
+	a.finishRun(run, code)
+	return code
+}
+
+// dropRun removes a run whose command never started: it has nothing to review.
+func (a *app) dropRun(run *runstate.Run) {
+	workspace.Release(run)
+	if err := runstate.RemoveAll(run.Dir); err != nil {
+		a.warn(fmt.Sprintf("removing the unused run directory %s: %v", run.Dir, err))
+	}
+}
+
+// runSpec starts the sandbox, relays its streams and signals, and returns the exit code and whether
+// the command started at all.
+func (a *app) runSpec(spec *sandbox.Spec, runID string) (int, bool) {
+	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
+	if err != nil {
+		a.errorf("run: %v", err)
+		return exitCordon, false
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
+
+	// Signals for cordon go to the command; cordon itself ends when the sandbox does.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+
+	backend := &linux.Backend{Warn: a.warn, RunName: "cordon-" + runID}
+	sb, err := backend.Start(context.Background(), spec)
+	streams.Started()
+	if err != nil {
+		streams.Close()
+		return a.startError(err, spec), false
+	}
+	go func() {
+		for sig := range sigs {
+			sb.Signal(sig)
+		}
+	}()
+	st, err := sb.Wait()
+	streams.Close()
+	if err != nil {
+		a.errorf("run: waiting for the sandbox: %v", err)
+		return exitCordon, true
+	}
+	if st.TimedOut {
+		a.errorf("run: stopped after %s (limits.timeout)", spec.Limits.Timeout)
+	}
+	return st.Code, true
+}
+
+func (a *app) startError(err error, spec *sandbox.Spec) int {
+	var ee *sandbox.ExecError
+	if errors.As(err, &ee) {
+		if ee.NotFound {
+			a.errorf("%s: command not found inside the sandbox (PATH=%s); if it is installed outside /usr, add its directory to filesystem.readonly in the policy", ee.Path, envValue(spec.Env, "PATH"))
+			return exitNotFound
+		}
+		a.errorf("%s: cannot be executed inside the sandbox: %v", ee.Path, ee.Err)
+		return exitNotExec
+	}
+	a.errorf("%v; the command was not started", err)
+	return exitCordon
+}
+
+// resolveWorkspace returns the project directory, refusing directories whose exposure would defeat
+// the sandbox: the root, system directories, the caller's home or anything containing it.
+func (a *app) resolveWorkspace(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("current directory: %w", err)
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("workspace %s: not a directory", dir)
+	}
+	for _, sys := range []string{"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/run", "/var", "/tmp", "/home", "/root"} {
+		if real == sys {
+			return "", fmt.Errorf("workspace %s: refusing to expose a system directory; run cordon in a project folder or pass --workspace", real)
+		}
+	}
+	if home := a.getenv("HOME"); home != "" {
+		if h, err := filepath.EvalSymlinks(home); err == nil && within(h, real) {
+			return "", fmt.Errorf("workspace %s: it contains your home directory (%s), which would expose ~/.ssh and other secrets; run cordon in a project folder or pass --workspace", real, h)
+		}
+	}
+	return real, nil
+}
+
+// within reports whether p is dir or lies below it (both cleaned, absolute).
+func within(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// loadPolicy finds and loads the policy, refusing one the sandbox could write.
+func (a *app) loadPolicy(explicit, project string) (*policy.Policy, error) {
+	path, err := policy.Locate(explicit, policy.LocateEnv{UID: a.uid, Home: a.getenv("HOME"), XDGConfigHome: a.getenv("XDG_CONFIG_HOME")})
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if path == "" {
+		return policy.Default(), nil
+	}
+	opts := policy.Options{Home: a.getenv("HOME")}
+	// Refuse before reading: nothing inside the agent's reach is ever read as configuration.
+	if err := policy.CheckOutside(path, []string{project}); err != nil {
+		return nil, err
+	}
+	pol, err := policy.Load(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := policy.CheckOutside(path, append([]string{project}, pol.Filesystem.ReadWrite...)); err != nil {
+		return nil, err
+	}
+	return pol, nil
+}
+
+// identity is who the command runs as inside: the caller's own uid (never root; root callers get an
+// unprivileged uid inside) with a private, empty home.
+func (a *app) identity() sandbox.User {
+	u := sandbox.User{UID: a.uid, GID: os.Getgid(), Name: a.getenv("USER"), Home: a.getenv("HOME")}
+	if u.Name == "" {
+		if cu, err := user.Current(); err == nil {
+			u.Name = cu.Username
+		}
+	}
+	if u.UID == 0 || u.Name == "" || u.Name == "root" {
+		u = sandbox.User{UID: 1000, GID: 1000, Name: "cordon", Home: "/home/cordon"}
+	}
+	if u.GID == 0 {
+		u.GID = u.UID
+	}
+	if u.Home == "" || u.Home == "/" {
+		u.Home = "/home/" + u.Name
+	}
+	return u
+}
+
+// buildSpec turns the policy into the sandbox's declarative spec.
+func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run) (*sandbox.Spec, error) {
+	id := a.identity()
+	ws, err := workspace.Prepare(run, project)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the workspace: %w", err)
+	}
+	env, warnings := sandboxenv.Build(a.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: isTerminal(a.stdin)})
+	for _, w := range warnings {
+		fmt.Fprintln(a.stderr, w)
+	}
+	spec := &sandbox.Spec{
+		Args:         argv,
+		Env:          env,
+		Dir:          project,
+		Hostname:     pol.Sandbox.Hostname,
+		Workspace:    ws,
+		User:         id,
+		AllowNesting: pol.Sandbox.AllowNesting,
+		Limits: sandbox.Limits{
+			MemoryBytes: int64(pol.Limits.Memory),
+			Pids:        pol.Limits.Pids,
+			CPU:         pol.Limits.CPU,
+			OpenFiles:   pol.Limits.OpenFiles,
+			Timeout:     pol.Limits.Timeout,
+		},
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if real, err := filepath.EvalSymlinks(wd); err == nil && within(real, project) {
+			spec.Dir = real
+		}
+	}
+	for _, p := range pol.Filesystem.ReadOnly {
+		spec.Mounts = append(spec.Mounts, a.mount(p, false)...)
+	}
+	for _, p := range pol.Filesystem.ReadWrite {
+		spec.Mounts = append(spec.Mounts, a.mount(p, true)...)
+	}
+	if spec.Masks, err = denyMasks(project, pol.Filesystem.Deny); err != nil {
+		return nil, err
+	}
+	// Code that git runs on the host later is never writable from inside, even without the overlay.
+	for _, p := range []string{".git/hooks", ".git/config"} {
+		if _, err := os.Lstat(filepath.Join(project, p)); err == nil {
+			spec.ReadOnly = append(spec.ReadOnly, filepath.Join(project, p))
+		}
+	}
+	return spec, nil
+}
+
+// mount resolves a policy path on the host. A path that does not exist is skipped with a warning:
+// there is nothing to expose.
+func (a *app) mount(p string, writable bool) []sandbox.Mount {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		a.warn(fmt.Sprintf("filesystem: %s is not mounted: %v", p, err))
+		return nil
+	}
+	return []sandbox.Mount{{Source: real, Writable: writable}}
+}
+
+// denyMasks walks the workspace for paths that filesystem.deny hides. A matching symlink is followed
+// to what it names inside the workspace, which is masked too, so a link cannot carry a denied file's
+// content under another name.
+func denyMasks(project string, globs []string) ([]string, error) {
+	if len(globs) == 0 {
+		return nil, nil
+	}
+	m, err := policy.CompileDeny(globs)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem.deny: %w", err)
+	}
+	var masks []string
+	err = filepath.WalkDir(project, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == project {
+			return nil
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(p, project+"/"))
+		if !m.Match(rel, d.IsDir()) {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			if t, err := filepath.EvalSymlinks(p); err == nil && within(t, project) {
+				masks = append(masks, t)
+			}
+			return nil
+		}
+		masks = append(masks, p)
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("filesystem.deny: scanning the workspace: %w", err)
+	}
+	return masks, nil
+}
+
+func (a *app) store() runstate.Store {
+	return runstate.Store{Root: runstate.DefaultRoot(a.uid, a.getenv("HOME"), a.getenv("XDG_STATE_HOME"))}
+}
+
+// finishRun records how the run ended and tells the user what the agent changed and how to carry it
+// over.
+func (a *app) finishRun(run *runstate.Run, code int) {
+	if err := run.Finish(code); err != nil {
+		a.warn(fmt.Sprintf("recording the run's end: %v", err))
+	}
+	changes, err := workspace.Changes(run)
+	if err != nil {
+		a.warn(fmt.Sprintf("reading the run's changes: %v", err))
+		return
+	}
+	if len(changes) == 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "cordon: run %s changed %d path(s); review: cordon diff %s; apply: cordon apply %s; discard: cordon discard %s\n",
+		run.Meta.ID, len(changes), run.Meta.ID, run.Meta.ID, run.Meta.ID)
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -1,0 +1,224 @@
+// Package policy is cordon's policy file: the one place that says what a sandboxed agent may see, reach
+// and use. It owns the schema, strict loading (every mistake is an error naming file:line:column, never
+// a silently ignored key), validation, locating the file outside the agent's reach, and rendering the
+// effective policy. It is data only: enforcement lives in the packages that consume a *Policy.
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// CurrentVersion is the only schema version this build understands. A file must say so explicitly, so a
+// future incompatible schema is refused instead of being misread.
+const CurrentVersion = 1
+
+// BuiltinSource is the Source of the policy returned by Default, shown where a file path would be.
+const BuiltinSource = "(built-in default)"
+
+// DefaultHostname is the host name the sandbox sees unless the policy names another.
+const DefaultHostname = "cordon"
+
+// MaxFileSize caps the policy file, so a hostile or corrupt file cannot exhaust memory while parsing.
+const MaxFileSize = 1 << 20
+
+// Policy is a parsed, validated policy. Zero values mean "nothing granted" or "no limit"; a nil Network
+// means no egress at all.
+type Policy struct {
+	Version     int
+	Filesystem  Filesystem
+	Env         Env
+	Limits      Limits
+	Sandbox     Sandbox
+	Network     *Network
+	Credentials []Credential
+	// Source is the file the policy was read from, or BuiltinSource.
+	Source string
+}
+
+// Filesystem lists host paths made visible beyond the workspace, and workspace paths hidden inside it.
+type Filesystem struct {
+	// ReadOnly and ReadWrite are absolute host paths (~ already expanded, cleaned) mounted at the same
+	// path inside.
+	ReadOnly, ReadWrite []string
+	// Deny are gitignore-like globs relative to the workspace whose matches are masked; see CompileDeny.
+	Deny []string
+}
+
+// Env says which variables enter the sandbox's otherwise empty environment.
+type Env struct {
+	// Pass names variables copied from the caller's environment when set there.
+	Pass []string
+	// Set gives variables fixed values; it wins over Pass.
+	Set map[string]string
+}
+
+// Limits bound what the sandbox may consume. Zero means no limit.
+type Limits struct {
+	Memory    ByteSize
+	Pids      int64
+	CPU       float64 // CPUs' worth of time: 1.5 is one and a half cores
+	Timeout   time.Duration
+	OpenFiles uint64
+	Disk      ByteSize
+}
+
+// Sandbox holds settings of the isolation itself.
+type Sandbox struct {
+	// AllowNesting permits user namespaces inside, for tools that sandbox themselves.
+	AllowNesting bool
+	// Hostname is the host name the sandbox sees.
+	Hostname string
+}
+
+// Network is the egress policy. Hosts are lower-case; a wildcard "*.example.com" matches subdomains
+// only, never the apex.
+type Network struct {
+	// Allow lists the hosts and ports the sandbox may connect to.
+	Allow []Endpoint
+	// Deny lists host patterns refused even when Allow or a preset would admit them.
+	Deny []string
+	// Hosts pins names to upstream addresses instead of resolving them.
+	Hosts map[string]netip.Addr
+	// Presets names bundles of hosts (see KnownPresets) whose expansion is defined elsewhere.
+	Presets []string
+	DNS     DNS
+	TLS     TLS
+	// HTTP restricts requests to a host by method and path; it implies TLS interception for that host.
+	HTTP []HTTPRule
+}
+
+// Endpoint is a host pattern and the TCP ports allowed on it.
+type Endpoint struct {
+	Host  string
+	Ports []uint16
+}
+
+// DNS configures how the gateway resolves allowed names.
+type DNS struct {
+	// Upstream are resolvers to query; empty means the host's resolver configuration.
+	Upstream []netip.AddrPort
+}
+
+// TLS configures the gateway's upstream TLS connections.
+type TLS struct {
+	// CAFile is an extra PEM bundle trusted for upstream servers (a corporate CA, a test server).
+	CAFile string
+}
+
+// HTTPRule restricts the requests allowed to Host to those matching one of Allow.
+type HTTPRule struct {
+	Host  string
+	Allow []HTTPAllow
+}
+
+// HTTPAllow admits requests whose method is one of Methods and whose path matches one of Paths.
+type HTTPAllow struct {
+	Methods []string
+	Paths   []string
+}
+
+// Credential is a secret the agent may use but never see: inside it is a placeholder in the variable
+// Name, replaced with the real value only on requests to the hosts in Inject.
+type Credential struct {
+	Name   string
+	From   Source
+	Inject Inject
+}
+
+// Source says where a credential's real value comes from. Exactly one field is set.
+type Source struct {
+	// Env names a variable of cordon's own environment.
+	Env string
+	// File is an absolute path whose contents (trimmed) are the value.
+	File string
+	// Command is a program and its arguments whose standard output (trimmed) is the value.
+	Command []string
+	// GitHubApp mints a short-lived, repository-scoped installation token.
+	GitHubApp *GitHubApp
+}
+
+// Kind names the source's form as it is spelled in the policy file.
+func (s Source) Kind() string {
+	switch {
+	case s.Env != "":
+		return "env"
+	case s.File != "":
+		return "file"
+	case len(s.Command) > 0:
+		return "command"
+	case s.GitHubApp != nil:
+		return "githubApp"
+	}
+	return ""
+}
+
+// GitHubApp identifies a GitHub App installation and the narrow token to mint from it.
+type GitHubApp struct {
+	AppID          int64
+	PrivateKeyFile string
+	// InstallationID is optional: zero means look it up from Repositories.
+	InstallationID int64
+	// Repositories ("owner/name") the token is limited to.
+	Repositories []string
+	// Permissions maps a GitHub permission name to read, write or admin.
+	Permissions map[string]string
+	// APIURL is the GitHub API base URL; empty means https://api.github.com.
+	APIURL string
+}
+
+// Scheme is how a credential is presented in the Authorization header.
+type Scheme string
+
+// The schemes a credential can be injected with.
+const (
+	SchemeBearer Scheme = "bearer"
+	SchemeBasic  Scheme = "basic"
+)
+
+// Inject says where the gateway puts a credential's real value. Header and Scheme are exclusive.
+type Inject struct {
+	// Hosts are exact host names (no wildcards) the credential is bound to.
+	Hosts []string
+	// Header is a header whose value is the credential as is.
+	Header string
+	// Scheme puts the credential in the Authorization header with this scheme.
+	Scheme Scheme
+	// Body also replaces the placeholder in request bodies.
+	Body bool
+}
+
+// Options carries what parsing needs from the caller.
+type Options struct {
+	// Home is the caller's home directory, for expanding ~ in paths.
+	Home string
+}
+
+// Error is a policy mistake, located in the file so it can be fixed without guessing.
+type Error struct {
+	File         string
+	Line, Column int // 1-based; 0 when the problem has no position (such as the file's size)
+	Msg          string
+}
+
+// Error formats the error as compilers do, "file:line:column: message", so editors can jump to it.
+func (e *Error) Error() string {
+	switch {
+	case e.Line == 0:
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	case e.Column == 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// Default returns the policy used when no file exists: the workspace read-write (implicit), no extra
+// paths, an empty environment, no network and no credentials.
+func Default() *Policy {
+	return &Policy{
+		Version: CurrentVersion,
+		Sandbox: Sandbox{Hostname: DefaultHostname},
+		Source:  BuiltinSource,
+	}
+}

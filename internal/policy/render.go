@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Render writes the effective policy as YAML in the file's own schema (paths expanded, defaults filled
+// in), for `cordon policy check`. Its output parses back to an equal Policy.
+func (p *Policy) Render() ([]byte, error) {
+	var n yaml.Node
+	if err := n.Encode(p.doc()); err != nil {
+		return nil, fmt.Errorf("render policy: %w", err)
+	}
+	n.HeadComment = "Effective policy, from " + p.Source
+	if p.Network == nil {
+		n.HeadComment += "\nNo network section: the sandbox has no egress at all."
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return nil, fmt.Errorf("render policy: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("render policy: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// The types below mirror the file's schema for encoding only; Parse never decodes into them.
+
+type docPolicy struct {
+	Version     int             `yaml:"version"`
+	Filesystem  docFilesystem   `yaml:"filesystem,omitempty"`
+	Env         docEnv          `yaml:"env,omitempty"`
+	Limits      docLimits       `yaml:"limits,omitempty"`
+	Sandbox     docSandbox      `yaml:"sandbox"`
+	Network     *docNetwork     `yaml:"network,omitempty"`
+	Credentials []docCredential `yaml:"credentials,omitempty"`
+}
+
+type docFilesystem struct {
+	ReadOnly  []string `yaml:"readonly,omitempty"`
+	ReadWrite []string `yaml:"readwrite,omitempty"`
+	Deny      []string `yaml:"deny,omitempty"`
+}
+
+type docEnv struct {
+	Pass []string          `yaml:"pass,omitempty"`
+	Set  map[string]string `yaml:"set,omitempty"`
+}
+
+type docLimits struct {
+	Memory    string  `yaml:"memory,omitempty"`
+	Pids      int64   `yaml:"pids,omitempty"`
+	CPU       float64 `yaml:"cpu,omitempty"`
+	Timeout   string  `yaml:"timeout,omitempty"`
+	OpenFiles uint64  `yaml:"openFiles,omitempty"`
+	Disk      string  `yaml:"disk,omitempty"`
+}
+
+type docSandbox struct {
+	AllowNesting bool   `yaml:"allowNesting"`
+	Hostname     string `yaml:"hostname"`
+}
+
+type docNetwork struct {
+	Allow   []any             `yaml:"allow,omitempty"`
+	Deny    []string          `yaml:"deny,omitempty"`
+	Hosts   map[string]string `yaml:"hosts,omitempty"`
+	Presets []string          `yaml:"presets,omitempty"`
+	DNS     struct {
+		Upstream []string `yaml:"upstream,omitempty"`
+	} `yaml:"dns,omitempty"`
+	TLS struct {
+		CAFile string `yaml:"caFile,omitempty"`
+	} `yaml:"tls,omitempty"`
+	HTTP []docHTTPRule `yaml:"http,omitempty"`
+}
+
+type docEndpoint struct {
+	Host  string   `yaml:"host"`
+	Ports []uint16 `yaml:"ports,flow"`
+}
+
+type docHTTPRule struct {
+	Host  string         `yaml:"host"`
+	Allow []docHTTPAllow `yaml:"allow"`
+}
+
+type docHTTPAllow struct {
+	Methods []string `yaml:"methods,flow"`
+	Paths   []string `yaml:"paths"`
+}
+
+type docCredential struct {
+	Name   string    `yaml:"name"`
+	From   docSource `yaml:"from"`
+	Inject docInject `yaml:"inject"`
+}
+
+type docSource struct {
+	Env       string        `yaml:"env,omitempty"`
+	File      string        `yaml:"file,omitempty"`
+	Command   []string      `yaml:"command,omitempty,flow"`
+	GitHubApp *docGitHubApp `yaml:"githubApp,omitempty"`
+}
+
+type docGitHubApp struct {
+	AppID          int64             `yaml:"appId"`
+	PrivateKeyFile string            `yaml:"privateKeyFile"`
+	InstallationID int64             `yaml:"installationId,omitempty"`
+	Repositories   []string          `yaml:"repositories"`
+	Permissions    map[string]string `yaml:"permissions"`
+	APIURL         string            `yaml:"apiURL,omitempty"`
+}
+
+type docInject struct {
+	Host   any    `yaml:"host"`
+	Header string `yaml:"header,omitempty"`
+	Scheme Scheme `yaml:"scheme,omitempty"`
+	Body   bool   `yaml:"body,omitempty"`
+}
+
+func (p *Policy) doc() docPolicy {
+	d := docPolicy{
+		Version:    p.Version,
+		Filesystem: docFilesystem(p.Filesystem),
+		Env:        docEnv(p.Env),
+		Limits: docLimits{
+			Pids:      p.Limits.Pids,
+			CPU:       p.Limits.CPU,
+			OpenFiles: p.Limits.OpenFiles,
+		},
+		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname},
+	}
+	if p.Limits.Memory != 0 {
+		d.Limits.Memory = p.Limits.Memory.String()
+	}
+	if p.Limits.Disk != 0 {
+		d.Limits.Disk = p.Limits.Disk.String()
+	}
+	if p.Limits.Timeout != 0 {
+		d.Limits.Timeout = formatDuration(p.Limits.Timeout)
+	}
+	if nw := p.Network; nw != nil {
+		dn := &docNetwork{Deny: nw.Deny, Presets: nw.Presets}
+		for _, ep := range nw.Allow {
+			if slices.Equal(ep.Ports, []uint16{443}) {
+				dn.Allow = append(dn.Allow, ep.Host)
+			} else {
+				dn.Allow = append(dn.Allow, docEndpoint(ep))
+			}
+		}
+		for name, addr := range nw.Hosts {
+			if dn.Hosts == nil {
+				dn.Hosts = make(map[string]string)
+			}
+			dn.Hosts[name] = addr.String()
+		}
+		for _, u := range nw.DNS.Upstream {
+			dn.DNS.Upstream = append(dn.DNS.Upstream, u.String())
+		}
+		dn.TLS.CAFile = nw.TLS.CAFile
+		for _, r := range nw.HTTP {
+			dr := docHTTPRule{Host: r.Host}
+			for _, a := range r.Allow {
+				dr.Allow = append(dr.Allow, docHTTPAllow(a))
+			}
+			dn.HTTP = append(dn.HTTP, dr)
+		}
+		d.Network = dn
+	}
+	for _, c := range p.Credentials {
+		dc := docCredential{
+			Name: c.Name,
+			From: docSource{Env: c.From.Env, File: c.From.File, Command: c.From.Command},
+			Inject: docInject{
+				Host: c.Inject.Hosts, Header: c.Inject.Header, Scheme: c.Inject.Scheme, Body: c.Inject.Body,
+			},
+		}
+		if len(c.Inject.Hosts) == 1 {
+			dc.Inject.Host = c.Inject.Hosts[0]
+		}
+		if g := c.From.GitHubApp; g != nil {
+			dg := docGitHubApp(*g)
+			dc.From.GitHubApp = &dg
+		}
+		d.Credentials = append(d.Credentials, dc)
+	}
+	return d
+}
+
+// formatDuration drops the zero minutes and seconds time.Duration.String adds ("2h0m0s" is "2h").
+func formatDuration(t time.Duration) string {
+	s := t.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// The checks below validate one value each. They return the value normalized (lower-cased host names,
+// expanded paths) and an error that reads well after "field.path: ".
+
+var (
+	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	methodRE     = regexp.MustCompile(`^[A-Z][A-Z_-]*$`)
+	headerRE     = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+	repoRE       = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
+	permissionRE = regexp.MustCompile(`^[a-z][a-z_]*$`)
+)
+
+func checkEnvName(s string) (string, error) {
+	if !envNameRE.MatchString(s) {
+		return "", fmt.Errorf("%q is not a valid variable name (expected letters, digits and _, not starting with a digit)", s)
+	}
+	return s, nil
+}
+
+// expandPath expands a leading ~ to home and requires the result to be absolute, so that a policy
+// never depends on the directory cordon happens to be started from.
+func expandPath(s, home string) (string, error) {
+	switch {
+	case s == "":
+		return "", errors.New("must not be empty")
+	case s == "~" || strings.HasPrefix(s, "~/"):
+		if !filepath.IsAbs(home) {
+			return "", fmt.Errorf("cannot expand %q: the caller's home directory is unknown", s)
+		}
+		return filepath.Join(home, s[1:]), nil
+	case strings.HasPrefix(s, "~"):
+		return "", fmt.Errorf("%q: ~user is not supported (expected an absolute path or one starting with ~/)", s)
+	case !filepath.IsAbs(s):
+		return "", fmt.Errorf("%q is relative (expected an absolute path or one starting with ~/)", s)
+	}
+	return filepath.Clean(s), nil
+}
+
+// expandMount is expandPath for paths mounted into the sandbox, refusing the host's whole root.
+func expandMount(s, home string) (string, error) {
+	p, err := expandPath(s, home)
+	if err == nil && p == "/" {
+		return "", fmt.Errorf("%q would expose the host's whole file system", s)
+	}
+	return p, err
+}
+
+// checkHostName validates an exact DNS name (no wildcard) and returns it lower-cased without a
+// trailing dot.
+func checkHostName(s string) (string, error) {
+	h := strings.TrimSuffix(strings.ToLower(s), ".")
+	switch {
+	case h == "":
+		return "", errors.New("empty host name")
+	case strings.Contains(h, "://"):
+		return "", fmt.Errorf("%q must be a host name, not a URL (no scheme)", s)
+	case strings.Contains(h, "/"):
+		return "", fmt.Errorf("%q must be a host name (no path)", s)
+	}
+	if _, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		return "", fmt.Errorf("%q is an IP address, not a host name", s)
+	}
+	if strings.Contains(h, ":") {
+		return "", fmt.Errorf("%q must be a host name (no port; list ports separately)", s)
+	}
+	if strings.Contains(h, "*") {
+		return "", fmt.Errorf("%q: a wildcard is only allowed as a leading \"*.\"", s)
+	}
+	if len(h) > 253 {
+		return "", fmt.Errorf("%q is longer than 253 characters", s)
+	}
+	labels := strings.Split(h, ".")
+	for _, l := range labels {
+		if !validLabel(l) {
+			return "", fmt.Errorf("%q is not a valid host name (expected letters, digits, - and dots)", s)
+		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return "", fmt.Errorf("%q is not a valid host name (numeric top-level label)", s)
+	}
+	return h, nil
+}
+
+func validLabel(l string) bool {
+	if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+		return false
+	}
+	for _, c := range []byte(l) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkHostPattern validates a host name or a "*.domain" wildcard, which matches subdomains only.
+func checkHostPattern(s string) (string, error) {
+	base, wild := strings.CutPrefix(s, "*.")
+	h, err := checkHostName(base)
+	if err != nil {
+		if wild {
+			return "", fmt.Errorf("%q: %w", s, err)
+		}
+		return "", err
+	}
+	if !wild {
+		return h, nil
+	}
+	if !strings.Contains(h, ".") {
+		return "", fmt.Errorf("wildcard %q is too broad (expected at least two labels after \"*.\")", s)
+	}
+	return "*." + h, nil
+}
+
+// checkExactHost is checkHostName with a message that says why a wildcard is refused.
+func checkExactHost(s string) (string, error) {
+	if strings.Contains(s, "*") {
+		return "", fmt.Errorf("%q: a wildcard is not allowed here (expected an exact host name)", s)
+	}
+	return checkHostName(s)
+}
+
+func checkPreset(s string) (string, error) {
+	if known := KnownPresets(); !slices.Contains(known, s) {
+		return "", fmt.Errorf("unknown preset %q (expected one of %s)", s, strings.Join(known, ", "))
+	}
+	return s, nil
+}
+
+func checkMethod(s string) (string, error) {
+	if !methodRE.MatchString(s) {
+		return "", fmt.Errorf("%q is not an HTTP method (expected an upper-case token such as GET or POST)", s)
+	}
+	return s, nil
+}
+
+// checkHTTPPath validates a request path pattern: absolute, no query or fragment, no dot segments.
+func checkHTTPPath(s string) (string, error) {
+	if !strings.HasPrefix(s, "/") {
+		return "", fmt.Errorf("%q must start with /", s)
+	}
+	if strings.ContainsAny(s, "?#") {
+		return "", fmt.Errorf("%q must be a path only (no query or fragment)", s)
+	}
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f {
+			return "", fmt.Errorf("%q must not contain spaces or control characters", s)
+		}
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if seg == "." || seg == ".." {
+			return "", fmt.Errorf("%q must not contain . or .. segments", s)
+		}
+	}
+	return s, nil
+}
+
+func checkUpstream(s string) (string, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil && ap.Port() != 0 {
+		return ap.String(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), nil
+	}
+	return "", fmt.Errorf("%q is not a resolver address (expected an IP with an optional port, e.g. 127.0.0.53:53)", s)
+}
+
+func checkHeader(s string) (string, error) {
+	if !headerRE.MatchString(s) {
+		return "", fmt.Errorf("%q is not a valid HTTP header name", s)
+	}
+	return s, nil
+}
+
+func checkRepository(s string) (string, error) {
+	if !repoRE.MatchString(s) {
+		return "", fmt.Errorf("%q is not a repository (expected owner/name)", s)
+	}
+	return s, nil
+}
+
+// checkAPIURL accepts an https URL, or http to a loopback host (a test server).
+func checkAPIURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
+		!(u.Scheme == "https" || u.Scheme == "http" && isLoopback(u.Hostname())) {
+		return "", fmt.Errorf("%q is not an API URL (expected https://host[/path])", s)
+	}
+	return s, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}

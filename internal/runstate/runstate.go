@@ -1,0 +1,526 @@
+// Package runstate keeps one directory per cordon run and the run's metadata, so that a run outlives
+// the cordon process that started it: `cordon runs`, `diff`, `apply` and `gc` work from what is on
+// disk, and a run whose cordon died is still listed (as interrupted) and its changes can still be used.
+//
+// Layout: <Root>/runs/<id>/ (mode 0700) holds meta.json, written atomically (temp file, fsync,
+// rename), a lock file serialising state changes, and whatever other packages keep for the run
+// (the workspace's upper layer, the audit log, the run's CA). The directory is never made visible
+// inside the sandbox.
+package runstate
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The states a run moves through. Running, Exited and Interrupted describe the agent; Applied,
+// Discarded and Exported say what the user did with its result.
+const (
+	StateRunning     = "running"
+	StateExited      = "exited"
+	StateInterrupted = "interrupted" // recorded as running, but the cordon that ran it is gone
+	StateApplied     = "applied"
+	StateDiscarded   = "discarded"
+	StateExported    = "exported"
+	// StateCorrupt is never written: List reports a run directory whose meta.json cannot be read
+	// with this state instead of hiding it or failing the whole listing.
+	StateCorrupt = "corrupt"
+)
+
+const (
+	metaFile = "meta.json"
+	lockFile = "lock"
+	runsDir  = "runs"
+)
+
+// ErrNotFound is wrapped when no run matches an id or prefix.
+var ErrNotFound = errors.New("no such run")
+
+// ErrAmbiguous is wrapped when a prefix matches more than one run.
+var ErrAmbiguous = errors.New("run id prefix is ambiguous")
+
+// Meta is what cordon records about a run. It is the whole truth about the run's lifecycle; the
+// workspace keeps its own details beside it.
+type Meta struct {
+	ID      string   `json:"id"`
+	Project string   `json:"project"`
+	Command []string `json:"command"`
+	// Started is when the run was created; Ended when the agent's command ended (zero while running).
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	State   string    `json:"state"`
+	// StateChanged is when State last changed; gc measures age from it.
+	StateChanged time.Time `json:"state_changed,omitzero"`
+	ExitCode     int       `json:"exit_code"`
+	// PID and PIDStart identify the cordon process that runs the agent: a pid alone can be reused,
+	// the pair (pid, start time in clock ticks since boot) cannot.
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pid_start"`
+	// Branch is the branch an export created.
+	Branch string `json:"branch,omitempty"`
+}
+
+// Run is one run directory and its metadata as last read.
+type Run struct {
+	Dir  string
+	Meta Meta
+}
+
+// Store is the directory that holds every run. The zero value is not usable: Root must be set,
+// usually to DefaultRoot(...).
+type Store struct{ Root string }
+
+// DefaultRoot is cordon's state directory: /var/lib/cordon for root (so that runs started with sudo
+// do not land in a user's home), otherwise $XDG_STATE_HOME/cordon, or ~/.local/state/cordon when
+// XDG_STATE_HOME is unset or not absolute (as the XDG spec requires). Runs live in Root/runs.
+func DefaultRoot(uid int, home, xdgStateHome string) string {
+	if uid == 0 {
+		return "/var/lib/cordon"
+	}
+	if xdgStateHome != "" && filepath.IsAbs(xdgStateHome) {
+		return filepath.Join(xdgStateHome, "cordon")
+	}
+	return filepath.Join(home, ".local", "state", "cordon")
+}
+
+func (s Store) runsPath() (string, error) {
+	if s.Root == "" || !filepath.IsAbs(s.Root) {
+		return "", fmt.Errorf("runstate: store root %q is not an absolute path", s.Root)
+	}
+	return filepath.Join(s.Root, runsDir), nil
+}
+
+// newID makes an id that sorts by creation time and cannot collide with a concurrent cordon.
+func newID(now time.Time) (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("runstate: random id: %w", err)
+	}
+	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:]), nil
+}
+
+// validID says whether s can name a run directory: no separators, no dots, nothing that could
+// leave the runs directory.
+func validID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Create makes a new run directory (0700) with a fresh id and writes m into it. ID, Started (when
+// zero), State (when empty) and StateChanged are filled in.
+func (s Store) Create(m Meta) (*Run, error) {
+	runs, err := s.runsPath()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(runs, 0o700); err != nil {
+		return nil, fmt.Errorf("runstate: create %s: %w", runs, err)
+	}
+	now := time.Now()
+	if m.Started.IsZero() {
+		m.Started = now
+	}
+	if m.State == "" {
+		m.State = StateRunning
+	}
+	m.StateChanged = now
+	for range 5 {
+		id, err := newID(m.Started)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(runs, id)
+		if err := os.Mkdir(dir, 0o700); errors.Is(err, fs.ErrExist) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("runstate: create run directory: %w", err)
+		}
+		m.ID = id
+		r := &Run{Dir: dir, Meta: m}
+		if err := writeMeta(dir, &m); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		return r, nil
+	}
+	return nil, errors.New("runstate: could not find a free run id")
+}
+
+// Get finds a run by its id or a unique prefix of it, with its live state resolved.
+func (s Store) Get(id string) (*Run, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("runstate: %q is not a run id: %w", id, ErrNotFound)
+	}
+	ids, err := s.ids()
+	if err != nil {
+		return nil, err
+	}
+	var match []string
+	for _, c := range ids {
+		if c == id {
+			match = []string{c}
+			break
+		}
+		if strings.HasPrefix(c, id) {
+			match = append(match, c)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, fmt.Errorf("runstate: run %q: %w", id, ErrNotFound)
+	case 1:
+	default:
+		return nil, fmt.Errorf("runstate: %q matches %s: %w", id, strings.Join(match, ", "), ErrAmbiguous)
+	}
+	runs, _ := s.runsPath()
+	return Load(filepath.Join(runs, match[0]))
+}
+
+// ids lists the run directories' names, skipping anything that is not a run (temporary or
+// half-removed entries start with a dot).
+func (s Store) ids() ([]string, error) {
+	runs, err := s.runsPath()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(runs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runstate: list runs: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && validID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// List returns every run, newest first, with running runs whose cordon is gone shown as
+// interrupted. A run whose metadata cannot be read is listed with StateCorrupt rather than hidden.
+func (s Store) List() ([]*Run, error) {
+	ids, err := s.ids()
+	if err != nil {
+		return nil, err
+	}
+	runs, _ := s.runsPath()
+	out := make([]*Run, 0, len(ids))
+	for _, id := range ids {
+		r, err := Load(filepath.Join(runs, id))
+		if err != nil {
+			r = &Run{Dir: filepath.Join(runs, id), Meta: Meta{ID: id, State: StateCorrupt}}
+		}
+		out = append(out, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Meta, out[j].Meta
+		if !a.Started.Equal(b.Started) {
+			return a.Started.After(b.Started)
+		}
+		return a.ID > b.ID
+	})
+	return out, nil
+}
+
+// GC removes runs that were discarded or applied longer than olderThan ago, and nothing else: a run
+// that was exported, exited without a decision, or was interrupted may still hold work the user wants.
+func (s Store) GC(olderThan time.Duration) (removed []string, err error) {
+	list, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	cutoff := time.Now().Add(-olderThan)
+	var errs []error
+	for _, r := range list {
+		ok, err := r.gcOne(cutoff)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			removed = append(removed, r.Meta.ID)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func (r *Run) gcOne(cutoff time.Time) (bool, error) {
+	var trash string
+	err := r.Update(func(m *Meta) error {
+		if m.State != StateDiscarded && m.State != StateApplied {
+			return errSkip
+		}
+		when := m.StateChanged
+		if when.IsZero() {
+			when = m.Started
+		}
+		if when.After(cutoff) {
+			return errSkip
+		}
+		// Move the directory out of the listing first, so a removal that fails halfway never
+		// leaves something that looks like a broken run.
+		trash = filepath.Join(filepath.Dir(r.Dir), "."+filepath.Base(r.Dir)+".gc")
+		if err := os.Rename(r.Dir, trash); err != nil {
+			return fmt.Errorf("runstate: gc %s: %w", m.ID, err)
+		}
+		return errSkip
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		return false, err
+	}
+	if trash == "" {
+		return false, nil
+	}
+	if err := RemoveAll(trash); err != nil {
+		return true, fmt.Errorf("runstate: gc %s: %w", r.Meta.ID, err)
+	}
+	return true, nil
+}
+
+// errSkip ends an Update without writing.
+var errSkip = errors.New("skip")
+
+// RemoveAll removes a run's files even where an overlay's work directory or the agent left
+// directories without write or search permission (which os.RemoveAll alone cannot remove as an
+// ordinary user).
+func RemoveAll(path string) error {
+	if err := os.RemoveAll(path); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		if err != nil && d != nil && d.IsDir() {
+			// The walk could not read it before the chmod; read it again.
+			_ = RemoveAll(p)
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}
+
+// Load reads the run in dir and resolves whether a running run is still alive.
+func Load(dir string) (*Run, error) {
+	m, err := readMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Run{Dir: dir, Meta: *m}
+	r.Meta.State = resolve(r.Meta)
+	return r, nil
+}
+
+func readMeta(dir string) (*Meta, error) {
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return nil, fmt.Errorf("runstate: read %s: %w", filepath.Join(dir, metaFile), err)
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("runstate: parse %s: %w", filepath.Join(dir, metaFile), err)
+	}
+	if m.ID != filepath.Base(dir) {
+		return nil, fmt.Errorf("runstate: %s: id %q does not match its directory", dir, m.ID)
+	}
+	return &m, nil
+}
+
+// resolve turns "running" into "interrupted" when the cordon that recorded it is gone.
+func resolve(m Meta) string {
+	if m.State != StateRunning {
+		return m.State
+	}
+	if Alive(m.PID, m.PIDStart) {
+		return StateRunning
+	}
+	return StateInterrupted
+}
+
+// Alive says whether pid is still the process that started at start (clock ticks since boot).
+func Alive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	got, err := ProcessStart(pid)
+	return err == nil && got == start
+}
+
+// ProcessStart returns when pid started, in clock ticks since boot (field 22 of /proc/pid/stat),
+// which together with the pid names one process for the life of the system.
+func ProcessStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("runstate: process %d: %w", pid, err)
+	}
+	// The command name (field 2) is in parentheses and may itself contain spaces and ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("runstate: process %d: malformed stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("runstate: process %d: short stat", pid)
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("runstate: process %d: start time: %w", pid, err)
+	}
+	return v, nil
+}
+
+// Self returns this process's pid and start time, for Meta.PID and Meta.PIDStart.
+func Self() (pid int, start uint64, err error) {
+	pid = os.Getpid()
+	start, err = ProcessStart(pid)
+	return pid, start, err
+}
+
+// Lock takes the run's exclusive lock, which serialises every change of its state and every
+// operation that must not run twice at once (apply, export, discard, gc). It blocks until free.
+func (r *Run) Lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(r.Dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("runstate: lock %s: %w", r.Meta.ID, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("runstate: lock %s: %w", r.Meta.ID, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// Update reads the run's current metadata under its lock, lets fn change it, and writes it back
+// atomically. State changes stamp StateChanged. r.Meta is refreshed. When fn returns an error,
+// nothing is written and the error is returned.
+func (r *Run) Update(fn func(*Meta) error) error {
+	unlock, err := r.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.UpdateLocked(fn)
+}
+
+// UpdateLocked is Update for a caller that already holds Lock.
+func (r *Run) UpdateLocked(fn func(*Meta) error) error {
+	m, err := readMeta(r.Dir)
+	if err != nil {
+		return err
+	}
+	old := m.State
+	m.State = resolve(*m)
+	if err := fn(m); err != nil {
+		return err
+	}
+	if m.ID != filepath.Base(r.Dir) {
+		return fmt.Errorf("runstate: the id of run %s cannot change", r.Meta.ID)
+	}
+	if m.State != old {
+		m.StateChanged = time.Now()
+	}
+	if err := writeMeta(r.Dir, m); err != nil {
+		return err
+	}
+	r.Meta = *m
+	r.Meta.State = resolve(*m)
+	return nil
+}
+
+// SetState records a new state.
+func (r *Run) SetState(state string) error {
+	return r.Update(func(m *Meta) error { m.State = state; return nil })
+}
+
+// Finish records that the agent's command ended with code.
+func (r *Run) Finish(code int) error {
+	return r.Update(func(m *Meta) error {
+		m.State, m.ExitCode, m.Ended = StateExited, code, time.Now()
+		return nil
+	})
+}
+
+// writeMeta replaces meta.json atomically: a reader sees the old or the new file, never a torn one,
+// and a crash leaves one of the two on disk.
+func writeMeta(dir string, m *Meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("runstate: encode meta: %w", err)
+	}
+	return WriteFileAtomic(filepath.Join(dir, metaFile), append(b, '\n'), 0o600)
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same directory, fsyncs it,
+// renames it over path and fsyncs the directory.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	ok = true
+	return SyncDir(dir)
+}
+
+// SyncDir makes a rename or creation in dir durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

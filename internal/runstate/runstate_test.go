@@ -1,0 +1,240 @@
+package runstate
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestDefaultRoot(t *testing.T) {
+	for _, tc := range []struct {
+		uid       int
+		home, xdg string
+		want      string
+	}{
+		{0, "/root", "/root/.xdg", "/var/lib/cordon"},
+		{1000, "/home/u", "/home/u/st", "/home/u/st/cordon"},
+		{1000, "/home/u", "", "/home/u/.local/state/cordon"},
+		{1000, "/home/u", "relative/st", "/home/u/.local/state/cordon"},
+	} {
+		if got := DefaultRoot(tc.uid, tc.home, tc.xdg); got != tc.want {
+			t.Errorf("DefaultRoot(%d, %q, %q) = %q, want %q", tc.uid, tc.home, tc.xdg, got, tc.want)
+		}
+	}
+}
+
+func TestCreateGetList(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	pid, start, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		r, err := s.Create(Meta{Project: "/p", Command: []string{"agent"}, PID: pid, PIDStart: start,
+			Started: time.Now().Add(time.Duration(i) * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(r.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			t.Errorf("run dir mode %v, want 0700", fi.Mode().Perm())
+		}
+		ids = append(ids, r.Meta.ID)
+	}
+	list, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].Meta.ID != ids[2] || list[2].Meta.ID != ids[0] {
+		t.Fatalf("List order wrong: %v", list)
+	}
+	for _, r := range list {
+		if r.Meta.State != StateRunning {
+			t.Errorf("%s: state %q, want running (this process is alive)", r.Meta.ID, r.Meta.State)
+		}
+	}
+	r, err := s.Get(ids[1])
+	if err != nil || r.Meta.ID != ids[1] {
+		t.Fatalf("Get(full id) = %v, %v", r, err)
+	}
+	// A unique suffix-free prefix: the full id minus its last character.
+	if r, err := s.Get(ids[1][:len(ids[1])-1]); err != nil || r.Meta.ID != ids[1] {
+		t.Errorf("Get(prefix) = %v, %v", r, err)
+	}
+	if _, err := s.Get("2"); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("Get(ambiguous) error = %v, want ErrAmbiguous", err)
+	}
+	for _, bad := range []string{"../x", "", "a/b", "..", "ffff"} {
+		if _, err := s.Get(bad); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q) error = %v, want ErrNotFound", bad, err)
+		}
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	// A process that has exited: its pid is free (or reused with another start time).
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := cmd.Process.Pid
+	pid, start, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		pid   int
+		start uint64
+		want  string
+	}{
+		{"alive", pid, start, StateRunning},
+		{"dead pid", dead, 12345, StateInterrupted},
+		{"pid reused", pid, start + 1, StateInterrupted},
+		{"no pid", 0, 0, StateInterrupted},
+	} {
+		r, err := s.Create(Meta{Project: "/p", PID: tc.pid, PIDStart: tc.start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Get(r.Meta.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Meta.State != tc.want {
+			t.Errorf("%s: state %q, want %q", tc.name, got.Meta.State, tc.want)
+		}
+	}
+}
+
+func TestCorruptListed(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	r, err := s.Create(Meta{Project: "/p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Dir, metaFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 1 || list[0].Meta.State != StateCorrupt {
+		t.Fatalf("List = %v, %v; want one corrupt run", list, err)
+	}
+}
+
+func TestUpdateAtomicAndConcurrent(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	r, err := s.Create(Meta{Project: "/p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rr := &Run{Dir: r.Dir, Meta: r.Meta}
+			if err := rr.Update(func(m *Meta) error { m.ExitCode++; return nil }); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := Load(r.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Meta.ExitCode != 20 {
+		t.Errorf("after 20 locked increments ExitCode = %d: updates were lost", got.Meta.ExitCode)
+	}
+	ents, _ := os.ReadDir(r.Dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left behind: %s", e.Name())
+		}
+	}
+	if err := r.Update(func(m *Meta) error { m.ID = "x"; return nil }); err == nil {
+		t.Error("Update allowed changing the id")
+	}
+}
+
+func TestGC(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	states := []string{StateDiscarded, StateApplied, StateExported, StateExited, StateInterrupted, StateRunning}
+	byState := map[string]*Run{}
+	for _, st := range states {
+		r, err := s.Create(Meta{Project: "/p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Update(func(m *Meta) error {
+			m.State = st
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// A directory without permissions, as an overlay's work dir leaves behind.
+		if err := os.MkdirAll(filepath.Join(r.Dir, "work", "work"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(r.Dir, "work", "work"), 0); err != nil {
+			t.Fatal(err)
+		}
+		byState[st] = r
+	}
+	// Nothing is old enough yet.
+	removed, err := s.GC(time.Hour)
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("GC(1h) removed %v, %v; want nothing", removed, err)
+	}
+	removed, err = s.GC(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{byState[StateDiscarded].Meta.ID: true, byState[StateApplied].Meta.ID: true}
+	if len(removed) != 2 || !want[removed[0]] || !want[removed[1]] {
+		t.Fatalf("GC removed %v, want only the discarded and applied runs", removed)
+	}
+	for st, r := range byState {
+		_, err := os.Stat(r.Dir)
+		if gone := errors.Is(err, os.ErrNotExist); gone != (st == StateDiscarded || st == StateApplied) {
+			t.Errorf("%s run: gone=%v", st, gone)
+		}
+	}
+	list, _ := s.List()
+	if len(list) != 4 {
+		t.Errorf("after gc %d runs listed, want 4", len(list))
+	}
+}
+
+func TestProcessStartOddName(t *testing.T) {
+	// A command name with spaces and parentheses must not shift the fields.
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "a b) c")
+	if err := os.Symlink("/bin/sleep", exe); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	st, err := ProcessStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := ProcessStart(os.Getpid())
+	if st < self {
+		t.Errorf("child start %d before parent start %d: wrong field parsed", st, self)
+	}
+}

@@ -1,0 +1,36 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SetupError says which step of building the boundary failed. cordon prints it as one line and exits
+// 125; the command never runs.
+type SetupError struct {
+	Step string
+	Err  error
+}
+
+func (e *SetupError) Error() string {
+	return fmt.Sprintf("sandbox setup failed at %s: %v", e.Step, e.Err)
+}
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// ExecError says the command could not be executed inside the sandbox.
+type ExecError struct {
+	Path     string
+	NotFound bool // command not found (exit 127) rather than found but not executable (126)
+	Err      error
+}
+
+func (e *ExecError) Error() string {
+	if e.NotFound {
+		return fmt.Sprintf("%s: command not found inside the sandbox", e.Path)
+	}
+	return fmt.Sprintf("%s: cannot execute inside the sandbox: %v", e.Path, e.Err)
+}
+func (e *ExecError) Unwrap() error { return e.Err }
+
+// ErrUnsupported is wrapped by errors for kernel features the host lacks.
+var ErrUnsupported = errors.New("not supported by this host")

@@ -1,0 +1,100 @@
+package linux
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// TestMain lets the test binary serve as cordon-init when the backend re-executes it.
+func TestMain(m *testing.M) {
+	if IsInit() {
+		os.Exit(InitMain())
+	}
+	os.Exit(m.Run())
+}
+
+// startSpec runs spec and returns the command's output and status.
+func startSpec(t *testing.T, spec *sandbox.Spec) (string, sandbox.ExitStatus, error) {
+	t.Helper()
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, out, out
+	var warnings []string
+	b := &Backend{Warn: func(s string) { warnings = append(warnings, s) }}
+	sb, err := b.Start(context.Background(), spec)
+	if err != nil {
+		return "", sandbox.ExitStatus{}, err
+	}
+	st, err := sb.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(out.Name())
+	return string(data), st, nil
+}
+
+func testSpec(t *testing.T, args ...string) *sandbox.Spec {
+	ws := t.TempDir()
+	return &sandbox.Spec{
+		Args: args, Env: []string{"PATH=/usr/bin:/bin", "HOME=/home/agent"}, Dir: ws,
+		Workspace: sandbox.Workspace{Path: ws, Source: ws},
+		User:      sandbox.User{UID: 1000, GID: 1000, Name: "agent", Home: "/home/agent"},
+	}
+}
+
+func TestStartRunsCommandInFreshRoot(t *testing.T) {
+	spec := testSpec(t, "sh", "-c", "id -u; hostname; ls /; echo hi > file; cat /etc/passwd | grep agent; ls /home")
+	out, st, err := startSpec(t, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Code != 0 {
+		t.Fatalf("exit %d: %s", st.Code, out)
+	}
+	for _, want := range []string{"1000\n", "cordon\n", "agent:x:1000"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(spec.Workspace.Source, "file")); err != nil || string(b) != "hi\n" {
+		t.Errorf("workspace write did not land: %q %v", b, err)
+	}
+	for _, absent := range []string{"root\n", "var\n", "run\n", "sys\n", "boot\n"} {
+		if strings.Contains(out, "\n"+absent) {
+			t.Errorf("/%s is visible inside:\n%s", strings.TrimSpace(absent), out)
+		}
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	_, st, err := startSpec(t, testSpec(t, "sh", "-c", "exit 7"))
+	if err != nil || st.Code != 7 {
+		t.Fatalf("exit 7: got %d, %v", st.Code, err)
+	}
+	_, _, err = startSpec(t, testSpec(t, "no-such-command-xyz"))
+	var ee *sandbox.ExecError
+	if !asExec(err, &ee) || !ee.NotFound {
+		t.Fatalf("missing command: got %v", err)
+	}
+	_, _, err = startSpec(t, testSpec(t, "/etc/hostname"))
+	if !asExec(err, &ee) || ee.NotFound {
+		t.Fatalf("non-executable: got %v", err)
+	}
+}
+
+func asExec(err error, target **sandbox.ExecError) bool {
+	e, ok := err.(*sandbox.ExecError)
+	if ok {
+		*target = e
+	}
+	return ok
+}

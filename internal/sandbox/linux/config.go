@@ -1,0 +1,55 @@
+// Package linux is cordon's native sandbox backend: user, mount, pid, network, ipc, uts and cgroup
+// namespaces, a root file system built from nothing, Landlock, seccomp and cgroups, with cordon's own
+// init as pid 1.
+//
+// It follows runc's two-stage shape: the parent (Backend.Start) clones a new process into fresh
+// namespaces by re-executing the cordon binary as "cordon-init"; that init reads a declarative
+// config from a pipe, builds the boundary from inside (where it holds capabilities only over the new
+// namespaces), drops every privilege, and only then executes the command. Any failure before the
+// command runs is reported over a status pipe and the command never starts.
+package linux
+
+import (
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// InitArg0 is argv[0] of the re-executed init; the cordon binary's main dispatches on it.
+const InitArg0 = "cordon-init"
+
+// File descriptors the parent hands to init (ExtraFiles start at 3).
+const (
+	configFD = 3 // read end: the JSON initConfig, then EOF
+	statusFD = 4 // write end: status messages to the parent, closed on exec of the command
+)
+
+// initConfig is what the parent tells init. It is the Spec without the stdio files, plus what the
+// parent resolved on the host (so init never needs to look at the caller's environment).
+type initConfig struct {
+	Spec           sandbox.Spec `json:"spec"`
+	Etc            []etcEntry   `json:"etc"`
+	SetRlimitNproc bool         `json:"setRlimitNproc,omitempty"`
+	RlimitAS       uint64       `json:"rlimitAS,omitempty"`
+	LandlockABI    int          `json:"landlockABI"`
+}
+
+// etcEntry is one allowed entry of the host's /etc, already resolved by the parent.
+type etcEntry struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // "file", "dir", "symlink", "generated", "dir-empty"
+	Target  string `json:"target,omitempty"`
+	Content string `json:"content,omitempty"` // set for generated files
+}
+
+// status is one message from init to the parent.
+type status struct {
+	// Step and Error are set when setting up the boundary failed.
+	Step  string `json:"step,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Exec is set when the command itself could not be executed.
+	Exec     string `json:"exec,omitempty"`
+	NotFound bool   `json:"notFound,omitempty"`
+	// Started is set once the command runs inside the finished boundary.
+	Started bool `json:"started,omitempty"`
+	// Warnings are one-line notices (a defense-in-depth layer the kernel lacks).
+	Warnings []string `json:"warnings,omitempty"`
+}

@@ -1,0 +1,98 @@
+package linux
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// etcAllow lists what of the host's /etc programs need and that holds no secret: loader and locale
+// configuration, the public CA bundle, shell start-up files, interpreters' system configuration. What
+// is not listed is not there: shadow, sudoers, ssh, ssl/private, machine-id, package managers'
+// configuration with possible tokens (npmrc, pip.conf), gitconfig with possible credential helpers.
+// A user who wants more names it in filesystem.readonly.
+var etcAllow = []string{
+	"alternatives", "bash.bashrc", "bash_completion.d", "ca-certificates", "ca-certificates.conf",
+	"debian_version", "environment", "ethertypes", "fonts", "gai.conf", "host.conf", "inputrc",
+	"issue", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "locale.conf", "locale.gen",
+	"localtime", "login.defs", "lsb-release", "magic", "magic.mime", "manpath.config", "mime.types",
+	"netconfig", "networks", "nsswitch.conf", "os-release", "perl", "profile", "profile.d",
+	"protocols", "python3", "rpc", "services", "shells", "ssl/certs", "ssl/openssl.cnf", "terminfo",
+	"timezone", "vim", "wgetrc", "xattr.conf", "zsh",
+}
+
+// etcPrefixAllow admits versioned directories such as python3.11 or java-17-openjdk.
+var etcPrefixAllow = []string{"python3.", "java-"}
+
+// etcEntries resolves the allowlist against the host's /etc and adds the generated files: the
+// sandbox's own passwd, group, hostname, hosts and resolv.conf.
+func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
+	names := append([]string(nil), etcAllow...)
+	if des, err := os.ReadDir("/etc"); err == nil {
+		for _, de := range des {
+			for _, p := range etcPrefixAllow {
+				if strings.HasPrefix(de.Name(), p) {
+					names = append(names, de.Name())
+				}
+			}
+		}
+	}
+	sort.Strings(names)
+	var out []etcEntry
+	dirs := map[string]bool{}
+	for _, name := range names {
+		fi, err := os.Lstat(filepath.Join("/etc", name))
+		if err != nil {
+			continue
+		}
+		if parent := filepath.Dir(name); parent != "." && !dirs[parent] {
+			dirs[parent] = true
+			out = append(out, etcEntry{Name: parent, Kind: "dir-empty"})
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, err := os.Readlink(filepath.Join("/etc", name))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, etcEntry{Name: name, Kind: "symlink", Target: t})
+		case fi.IsDir():
+			out = append(out, etcEntry{Name: name, Kind: "dir"})
+		case fi.Mode().IsRegular():
+			out = append(out, etcEntry{Name: name, Kind: "file"})
+		}
+	}
+	u := spec.User
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "cordon"
+	}
+	shell := "/bin/sh"
+	if _, err := os.Stat("/bin/bash"); err == nil {
+		shell = "/bin/bash"
+	}
+	hosts := "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	for _, h := range spec.Hosts {
+		hosts += h + "\n"
+	}
+	resolv := spec.ResolvConf
+	if resolv == "" {
+		resolv = "# cordon: this sandbox has no name server\n"
+	}
+	out = append(out,
+		etcEntry{Name: "passwd", Kind: "generated", Content: fmt.Sprintf(
+			"root:x:0:0:root:/root:/usr/sbin/nologin\n%s:x:%d:%d:%s:%s:%s\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			u.Name, u.UID, u.GID, u.Name, u.Home, shell)},
+		etcEntry{Name: "group", Kind: "generated", Content: fmt.Sprintf(
+			"root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID)},
+		etcEntry{Name: "hostname", Kind: "generated", Content: hostname + "\n"},
+		etcEntry{Name: "hosts", Kind: "generated", Content: hosts},
+		etcEntry{Name: "resolv.conf", Kind: "generated", Content: resolv},
+		etcEntry{Name: "mtab", Kind: "symlink", Target: "../proc/self/mounts"},
+	)
+	return out, nil
+}

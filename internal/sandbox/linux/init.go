@@ -1,0 +1,255 @@
+package linux
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
+)
+
+// IsInit reports whether this process was started as the sandbox's init.
+func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
+
+// InitMain is the body of cordon's init, pid 1 inside the sandbox. It returns the exit code to use:
+// the command's own, 128+signal when a signal ended it, 125 when the boundary could not be built,
+// 126/127 when the command could not be executed.
+func InitMain() int {
+	// Every per-thread operation below (cgroup namespace, capabilities, the fork of the command) must
+	// happen on one thread, so that the command inherits exactly the state that was set up.
+	runtime.LockOSThread()
+	unix.CloseOnExec(configFD)
+	unix.CloseOnExec(statusFD)
+	statusw := os.NewFile(statusFD, "status")
+	report := func(s status) {
+		b, _ := json.Marshal(s)
+		statusw.Write(append(b, '\n'))
+	}
+
+	var cfg initConfig
+	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
+		report(status{Step: "reading the sandbox config", Error: err.Error()})
+		return 125
+	}
+	cmd, warnings, err := setup(&cfg)
+	if err != nil {
+		var se *sandbox.SetupError
+		var ee *sandbox.ExecError
+		switch {
+		case errors.As(err, &ee):
+			report(status{Exec: ee.Err.Error(), NotFound: ee.NotFound})
+			if ee.NotFound {
+				return 127
+			}
+			return 126
+		case errors.As(err, &se):
+			report(status{Step: se.Step, Error: se.Err.Error()})
+		default:
+			report(status{Step: "setup", Error: err.Error()})
+		}
+		return 125
+	}
+	report(status{Started: true, Warnings: warnings})
+	statusw.Close()
+	return supervise(cmd)
+}
+
+// setup builds the boundary and starts the command inside it. Order matters: everything that needs
+// privilege over the new namespaces happens first, then privileges are dropped for good, then the
+// kernel's own guards (Landlock, seccomp) are stacked, and only then is the command executed.
+func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
+	spec := &cfg.Spec
+	var warnings []string
+	step := func(name string, err error) error {
+		if err != nil {
+			return &sandbox.SetupError{Step: name, Err: err}
+		}
+		return nil
+	}
+	if err := step("joining a new cgroup namespace", unix.Unshare(unix.CLONE_NEWCGROUP)); err != nil {
+		return nil, nil, err
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "cordon"
+	}
+	if err := step("setting the host name", unix.Sethostname([]byte(hostname))); err != nil {
+		return nil, nil, err
+	}
+	if err := step("bringing up loopback", loopbackUp()); err != nil {
+		return nil, nil, err
+	}
+	if err := buildRoot(cfg); err != nil {
+		return nil, nil, err
+	}
+	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
+		return nil, nil, err
+	}
+	path, err := lookPath(spec.Args[0], spec.Env)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := step("dropping privileges", dropPrivileges()); err != nil {
+		return nil, nil, err
+	}
+	w, err := restrictLandlock(spec, cfg.LandlockABI)
+	if err := step("applying Landlock", err); err != nil {
+		return nil, nil, err
+	}
+	if w != "" {
+		warnings = append(warnings, w)
+	}
+	if err := step("installing the seccomp filter", seccomp.Install(seccomp.Options{AllowNesting: spec.AllowNesting})); err != nil {
+		return nil, nil, err
+	}
+
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   spec.Args,
+		Env:    spec.Env,
+		Dir:    spec.Dir,
+		Stdin:  os.Stdin,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:    true,
+			Setctty:   spec.TTY,
+			Ctty:      0,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, execError(spec.Args[0], err)
+	}
+	return cmd, warnings, nil
+}
+
+// supervise is pid 1's job once the command runs: forward signals to it, reap every orphan that the
+// pid namespace hands us, and when the command exits, end the whole sandbox with its status.
+func supervise(cmd *exec.Cmd) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs)
+	pid := cmd.Process.Pid
+	go func() {
+		for sig := range sigs {
+			if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
+				unix.Kill(pid, s)
+			}
+		}
+	}()
+	code := -1
+	for code < 0 {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			code = 125
+			break
+		}
+		if wpid == pid {
+			switch {
+			case ws.Exited():
+				code = ws.ExitStatus()
+			case ws.Signaled():
+				code = 128 + int(ws.Signal())
+			}
+		}
+	}
+	// The command is gone: nothing else in the sandbox outlives it.
+	unix.Kill(-1, unix.SIGKILL)
+	return code
+}
+
+func execError(name string, err error) error {
+	ee := &sandbox.ExecError{Path: name, Err: err}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		ee.NotFound = true
+	}
+	return ee
+}
+
+// lookPath finds the command with the sandbox's own PATH, inside the new root.
+func lookPath(name string, env []string) (string, error) {
+	if name == "" {
+		return "", &sandbox.ExecError{Path: name, NotFound: true, Err: os.ErrNotExist}
+	}
+	if strings.Contains(name, "/") {
+		if _, err := os.Stat(name); err != nil {
+			return "", execError(name, err)
+		}
+		return name, nil
+	}
+	path := "/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &sandbox.ExecError{Path: name, NotFound: true, Err: exec.ErrNotFound}
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+func setRlimits(cfg *initConfig) error {
+	l := cfg.Spec.Limits
+	set := func(res int, v uint64) error {
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("rlimit %d: %w", res, err)
+		}
+		return nil
+	}
+	if l.OpenFiles > 0 {
+		if err := set(unix.RLIMIT_NOFILE, l.OpenFiles); err != nil {
+			return err
+		}
+	}
+	if cfg.SetRlimitNproc && l.Pids > 0 {
+		if err := set(unix.RLIMIT_NPROC, uint64(l.Pids)); err != nil {
+			return err
+		}
+	}
+	if cfg.RlimitAS > 0 {
+		if err := set(unix.RLIMIT_AS, cfg.RlimitAS); err != nil {
+			return err
+		}
+	}
+	// No core dumps: a crashing agent must not leave its memory (and whatever secrets it held) on disk.
+	return set(unix.RLIMIT_CORE, 0)
+}

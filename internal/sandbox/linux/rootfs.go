@@ -1,0 +1,373 @@
+package linux
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// Paths inside init's private mount namespace while the root is being built. The scratch tmpfs is
+// mounted over /tmp and pivoted to; the host's root then lives at oldRoot, and the sandbox's root is
+// assembled at newRoot before the final pivot detaches everything else.
+const (
+	scratchDir = "/tmp"
+	oldRoot    = "/oldroot"
+	newRoot    = "/newroot"
+	emptyFile  = "/empty"
+)
+
+// systemDirs are the host directories every program needs, bound read-only at the same path. On a
+// merged-/usr system most are symlinks into /usr and are recreated as such.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// devices are the host device nodes bound into the sandbox's /dev. Nothing else of the host's /dev is
+// there: no disks, no /dev/kmsg, no /dev/mem.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// buildRoot assembles the sandbox's root file system and pivots into it. It runs in init, inside the
+// new user and mount namespaces, and leaves nothing of the host visible but what the spec names.
+func buildRoot(cfg *initConfig) error {
+	spec := &cfg.Spec
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"making mounts private", func() error {
+			return unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+		}},
+		{"mounting the scratch root", func() error {
+			if err := unix.Mount("tmpfs", scratchDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
+				return err
+			}
+			for _, d := range []string{scratchDir + oldRoot, scratchDir + newRoot} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					return err
+				}
+			}
+			if err := os.WriteFile(scratchDir+emptyFile, nil, 0o444); err != nil {
+				return err
+			}
+			if err := unix.PivotRoot(scratchDir, scratchDir+oldRoot); err != nil {
+				return fmt.Errorf("pivot_root: %w", err)
+			}
+			return os.Chdir("/")
+		}},
+		{"mounting the new root", func() error {
+			return unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
+		}},
+		{"binding system directories", func() error { return bindSystemDirs() }},
+		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
+		{"mounting /proc", func() error { return mountProc() }},
+		{"building /dev", func() error { return buildDev() }},
+		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec) }},
+		{"masking denied paths", func() error { return maskPaths(spec.Masks) }},
+		{"making workspace paths read-only", func() error { return readOnlyPaths(spec.ReadOnly) }},
+		{"sealing the root", func() error {
+			return unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+		}},
+		{"pivoting into the new root", func() error { return enterRoot() }},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			return &sandbox.SetupError{Step: s.name, Err: err}
+		}
+	}
+	return nil
+}
+
+func host(p string) string   { return oldRoot + p }
+func inRoot(p string) string { return newRoot + p }
+
+func bindSystemDirs() error {
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(host(d))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(host(d))
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, inRoot(d)); err != nil {
+				return err
+			}
+			continue
+		}
+		if !fi.IsDir() {
+			continue
+		}
+		if err := bindMount(host(d), inRoot(d), false); err != nil {
+			return fmt.Errorf("%s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// bindMount binds src over dst (created as needed: a directory or an empty file, like src), recursively,
+// and applies read-only (unless writable), nosuid and nodev to the whole subtree at once.
+func bindMount(src, dst string, writable bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if err := ensureTarget(dst, fi.IsDir()); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	return nil
+}
+
+// ensureTarget creates a mount point: a directory, or an empty file, with any missing parents.
+func ensureTarget(dst string, dir bool) error {
+	if dir {
+		return os.MkdirAll(dst, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func buildEtc(entries []etcEntry) error {
+	etc := inRoot("/etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", etc, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		dst := filepath.Join(etc, e.Name)
+		var err error
+		switch e.Kind {
+		case "symlink":
+			err = os.Symlink(e.Target, dst)
+		case "generated":
+			err = os.WriteFile(dst, []byte(e.Content), 0o644)
+		case "dir-empty":
+			err = os.MkdirAll(dst, 0o755)
+		default:
+			err = bindMount(host(filepath.Join("/etc", e.Name)), dst, false)
+		}
+		if err != nil {
+			return fmt.Errorf("/etc/%s: %w", e.Name, err)
+		}
+	}
+	return unix.Mount("", etc, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+func mountProc() error {
+	p := inRoot("/proc")
+	if err := os.Mkdir(p, 0o555); err != nil {
+		return err
+	}
+	return unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+func buildDev() error {
+	dev := inRoot("/dev")
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		if err := ensureTarget(filepath.Join(dev, d), false); err != nil {
+			return err
+		}
+		// Device nodes keep nodev off (they are the point) but nothing else may be executed or setuid.
+		if err := unix.Mount(host("/dev/"+d), filepath.Join(dev, d), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	pts := filepath.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("devpts: %w", err)
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k")
+}
+
+// treeMount is one mount of the sandbox's own tree, ordered by depth so that parents exist first
+// (the workspace may live under the home directory or /tmp, which are fresh tmpfs inside).
+type treeMount struct {
+	target string
+	mount  func(dst string) error
+}
+
+func mountTree(spec *sandbox.Spec) error {
+	tmpfs := func(mode string) func(string) error {
+		return func(dst string) error {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			return unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode="+mode)
+		}
+	}
+	mounts := []treeMount{{target: "/tmp", mount: tmpfs("1777")}}
+	if spec.User.Home != "" {
+		mounts = append(mounts, treeMount{target: spec.User.Home, mount: tmpfs("0700")})
+	}
+	ws := spec.Workspace
+	mounts = append(mounts, treeMount{target: ws.Path, mount: func(dst string) error {
+		if ws.Overlay != nil {
+			return mountOverlay(host(ws.Source), host(ws.Overlay.Upper), host(ws.Overlay.Work), dst)
+		}
+		return bindMount(host(ws.Source), dst, true)
+	}})
+	for _, m := range spec.Mounts {
+		m := m
+		mounts = append(mounts, treeMount{target: m.Source, mount: func(dst string) error {
+			return bindMount(host(m.Source), dst, m.Writable)
+		}})
+	}
+	sort.SliceStable(mounts, func(i, j int) bool {
+		return strings.Count(mounts[i].target, "/") < strings.Count(mounts[j].target, "/")
+	})
+	for _, m := range mounts {
+		if err := m.mount(inRoot(m.target)); err != nil {
+			return fmt.Errorf("%s: %w", m.target, err)
+		}
+	}
+	return nil
+}
+
+// mountOverlay mounts a copy-on-write view with the new mount API, so that any character in the
+// paths (commas, colons) is passed as data and never parsed as an option separator.
+func mountOverlay(lower, upper, work, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen overlay: %w", err)
+	}
+	defer unix.Close(fd)
+	for _, kv := range [][2]string{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(fd, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("overlay %s: %w", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigSetFlag(fd, "userxattr"); err != nil {
+		return fmt.Errorf("overlay userxattr: %w", err)
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return fmt.Errorf("create overlay: %w", err)
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("fsmount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	return unix.MoveMount(mfd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// maskPaths hides each path behind an empty read-only file or directory. The path is resolved inside
+// the new root without following a final symlink, so a planted link cannot redirect the mask.
+func maskPaths(paths []string) error {
+	for _, p := range paths {
+		dst := inRoot(p)
+		fi, err := os.Lstat(dst)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k"); err != nil {
+				return fmt.Errorf("mask %s: %w", p, err)
+			}
+		case fi.Mode().IsRegular():
+			if err := unix.Mount(emptyFile, dst, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("mask %s: %w", p, err)
+			}
+			if err := unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+				return fmt.Errorf("mask %s: %w", p, err)
+			}
+		default:
+			// A symlink or special file: not followed; cordon's policy layer never hands these over.
+			return fmt.Errorf("mask %s: not a regular file or directory", p)
+		}
+	}
+	return nil
+}
+
+func readOnlyPaths(paths []string) error {
+	for _, p := range paths {
+		dst := inRoot(p)
+		fi, err := os.Lstat(dst)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("read-only %s: is a symlink", p)
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("read-only %s: %w", p, err)
+		}
+		if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
+			return fmt.Errorf("read-only %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// enterRoot makes newRoot the root and detaches everything else, the host's root included.
+func enterRoot() error {
+	if err := os.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return os.Chdir("/")
+}

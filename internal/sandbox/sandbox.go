@@ -1,0 +1,122 @@
+// Package sandbox defines what cordon asks of an isolation backend, independent of how a platform
+// provides it. The Spec is declarative (what to isolate and what to let through), in the manner of an
+// OCI runtime config, so that the CLI, the policy and the tests never depend on namespaces, mounts or
+// seccomp directly, and a second backend (another OS) can be added behind the same interface.
+package sandbox
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// Spec describes one sandboxed command. Every field is an allowlist: what is not named is not there.
+type Spec struct {
+	// Args is the command and its arguments. Args[0] is looked up in the PATH of Env, inside the sandbox.
+	Args []string
+	// Env is the complete environment of the command (KEY=VALUE); nothing is inherited.
+	Env []string
+	// Dir is the working directory inside the sandbox.
+	Dir string
+	// Hostname is the host name the sandbox sees.
+	Hostname string
+
+	// Workspace is the project, mounted read-write at Workspace.Path.
+	Workspace Workspace
+	// Mounts are additional host paths made visible at the same path.
+	Mounts []Mount
+	// Masks are absolute paths (inside the workspace or a mount) hidden behind an empty file or
+	// directory.
+	Masks []string
+	// ReadOnly are absolute paths inside the workspace that the command may read but not change (for
+	// example .git/hooks and .git/config, which would run code on the host later).
+	ReadOnly []string
+	// ResolvConf is the content of /etc/resolv.conf inside; empty means no name server.
+	ResolvConf string
+	// Hosts are extra lines for /etc/hosts inside.
+	Hosts []string
+
+	// User is who the command runs as inside.
+	User User
+	// Limits are resource limits; zero means no limit.
+	Limits Limits
+	// AllowNesting permits the command to create user namespaces (for tools that sandbox themselves).
+	AllowNesting bool
+
+	// Stdin, Stdout and Stderr are handed to the command as they are. The caller decides whether they
+	// are pipes or a pseudo-terminal; a backend never touches the caller's terminal.
+	Stdin, Stdout, Stderr *os.File `json:"-"`
+	// TTY says that Stdin is a terminal the command should own as its controlling terminal.
+	TTY bool
+}
+
+// Workspace is the project directory as the sandbox sees it.
+type Workspace struct {
+	// Path is the absolute path at which the workspace appears inside (the same as on the host).
+	Path string
+	// Source is the host directory bound at Path when Overlay is nil.
+	Source string
+	// Overlay, when set, makes the workspace a copy-on-write view: Source is the read-only lower layer
+	// and writes land in Overlay.Upper.
+	Overlay *Overlay
+}
+
+// Overlay names the writable layers of a copy-on-write workspace. Both must be on the same host file
+// system and outside anything the sandbox can see.
+type Overlay struct {
+	Upper string
+	Work  string
+}
+
+// Mount is a host path made visible inside at the same path.
+type Mount struct {
+	Source   string
+	Writable bool
+}
+
+// User is the identity inside the sandbox. It is never privileged: the command has no capabilities.
+type User struct {
+	UID, GID int
+	Name     string
+	Home     string
+}
+
+// Limits bound what the sandbox may consume. Zero means "no limit".
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	// CPU is the number of CPUs' worth of time the sandbox may use (1.5 = one and a half cores).
+	CPU       float64
+	OpenFiles uint64
+	Timeout   time.Duration
+}
+
+// ExitStatus is how the command ended.
+type ExitStatus struct {
+	// Code is the command's exit code, or 128+signal when it was killed by a signal.
+	Code int
+	// Signal is the signal that ended the command, if any.
+	Signal os.Signal
+	// TimedOut says that the wall-clock limit ended the run.
+	TimedOut bool
+}
+
+// Backend creates sandboxes.
+type Backend interface {
+	// Start builds the sandbox and starts Args in it. It returns only once the command has been
+	// executed inside the finished boundary; if any step of the boundary cannot be set up, it returns a
+	// *SetupError and nothing runs.
+	Start(ctx context.Context, spec *Spec) (Sandbox, error)
+}
+
+// Sandbox is a running sandbox.
+type Sandbox interface {
+	// Wait waits for the command to exit; by then every process of the sandbox is gone.
+	Wait() (ExitStatus, error)
+	// Signal forwards a signal to the command.
+	Signal(sig os.Signal) error
+	// Kill ends every process of the sandbox at once.
+	Kill() error
+	// Pid is the host pid of the sandbox's init process.
+	Pid() int
+}
