@@ -85,6 +85,7 @@ func (a *app) runSpec(spec *sandbox.Spec, runID string) (int, bool) {
 		return exitCordon, false
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
+	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
 
 	// Signals for cordon go to the command; cordon itself ends when the sandbox does.
 	sigs := make(chan os.Signal, 8)
@@ -97,6 +98,15 @@ func (a *app) runSpec(spec *sandbox.Spec, runID string) (int, bool) {
 	if err != nil {
 		streams.Close()
 		return a.startError(err, spec), false
+	}
+	if spec.TTY {
+		if err := streams.RelayTerminal(sb.Terminal()); err != nil {
+			sb.Kill()
+			sb.Wait()
+			streams.Close()
+			a.errorf("run: %v", err)
+			return exitCordon, true
+		}
 	}
 	go func() {
 		for sig := range sigs {

@@ -20,20 +20,28 @@ import (
 // Streams are the sandbox's standard streams and what it takes to relay them.
 type Streams struct {
 	Stdin, Stdout, Stderr *os.File
-	// TTY says that Stdin (and Stdout, Stderr) is a pseudo-terminal the command should own.
-	TTY bool
+	// TTY says that the sandbox should create its own pseudo-terminal; its master is then handed to
+	// RelayTerminal. Rows and Cols are the caller's terminal size.
+	TTY        bool
+	Rows, Cols uint16
 
+	term       *os.File // the caller's terminal, in TTY mode
+	termOut    *os.File
 	closeChild []*os.File // our copies of the sandbox's ends, closed once the sandbox has them
 	restore    func()
 	copies     sync.WaitGroup
 	stop       chan struct{}
 }
 
-// Attach sets up the sandbox's streams for the caller's stdin, stdout and stderr.
+// Attach decides the sandbox's streams for the caller's stdin, stdout and stderr.
 func Attach(stdin, stdout, stderr *os.File) (*Streams, error) {
 	s := &Streams{stop: make(chan struct{})}
 	if term.IsTerminal(int(stdin.Fd())) {
-		return s, s.attachPTY(stdin, stdout)
+		s.TTY, s.term, s.termOut = true, stdin, stdout
+		if ws, err := pty.GetsizeFull(stdin); err == nil {
+			s.Rows, s.Cols = ws.Rows, ws.Cols
+		}
+		return s, nil
 	}
 	s.Stdin = stdin
 	var err error
@@ -46,46 +54,36 @@ func Attach(stdin, stdout, stderr *os.File) (*Streams, error) {
 	return s, nil
 }
 
-func (s *Streams) attachPTY(stdin, stdout *os.File) error {
-	master, slave, err := pty.Open()
+// RelayTerminal connects the caller's terminal to the master side of the sandbox's pseudo-terminal:
+// the caller's terminal goes raw (the sandbox's line discipline does the work), keystrokes go in,
+// output comes out, and window size changes follow.
+func (s *Streams) RelayTerminal(master *os.File) error {
+	state, err := term.MakeRaw(int(s.term.Fd()))
 	if err != nil {
-		return fmt.Errorf("opening a pseudo-terminal: %w", err)
-	}
-	if err := pty.InheritSize(stdin, master); err != nil {
-		master.Close()
-		slave.Close()
-		return fmt.Errorf("sizing the pseudo-terminal: %w", err)
-	}
-	state, err := term.MakeRaw(int(stdin.Fd()))
-	if err != nil {
-		master.Close()
-		slave.Close()
 		return fmt.Errorf("setting the terminal to raw mode: %w", err)
 	}
-	s.Stdin, s.Stdout, s.Stderr, s.TTY = slave, slave, slave, true
-	s.closeChild = []*os.File{slave}
-
+	pty.InheritSize(s.term, master)
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	go func() {
 		for {
 			select {
 			case <-winch:
-				pty.InheritSize(stdin, master)
+				pty.InheritSize(s.term, master)
 			case <-s.stop:
 				signal.Stop(winch)
 				return
 			}
 		}
 	}()
-	go io.Copy(master, stdin) // ends with the process; a blocked read of a terminal cannot be cancelled
+	go io.Copy(master, s.term) // ends with the process; a blocked read of a terminal cannot be cancelled
 	s.copies.Add(1)
 	go func() {
 		defer s.copies.Done()
-		io.Copy(stdout, master) // EIO once every holder of the slave is gone
+		io.Copy(s.termOut, master) // EIO once every holder of the slave is gone
 	}()
 	s.restore = func() {
-		term.Restore(int(stdin.Fd()), state)
+		term.Restore(int(s.term.Fd()), state)
 		master.Close()
 	}
 	return nil

@@ -43,11 +43,14 @@ type Spec struct {
 	// AllowNesting permits the command to create user namespaces (for tools that sandbox themselves).
 	AllowNesting bool
 
-	// Stdin, Stdout and Stderr are handed to the command as they are. The caller decides whether they
-	// are pipes or a pseudo-terminal; a backend never touches the caller's terminal.
+	// Stdin, Stdout and Stderr are handed to the command as they are, unless TTY is set. They must not
+	// be a terminal of the caller's: a process holding it could inject keystrokes into the session.
 	Stdin, Stdout, Stderr *os.File `json:"-"`
-	// TTY says that Stdin is a terminal the command should own as its controlling terminal.
+	// TTY asks for a pseudo-terminal created inside the sandbox as the command's streams and
+	// controlling terminal; Sandbox.Terminal returns its master side for the caller to relay.
 	TTY bool
+	// TTYRows and TTYCols are the terminal's initial size.
+	TTYRows, TTYCols uint16
 }
 
 // Workspace is the project directory as the sandbox sees it.
@@ -119,4 +122,6 @@ type Sandbox interface {
 	Kill() error
 	// Pid is the host pid of the sandbox's init process.
 	Pid() int
+	// Terminal is the master side of the sandbox's pseudo-terminal when the Spec asked for one.
+	Terminal() *os.File
 }

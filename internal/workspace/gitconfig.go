@@ -10,7 +10,9 @@ import (
 // them case-insensitively); Subsection keeps its case, as git does.
 type configEntry struct {
 	Section, Subsection, Name string
-	Value                     string
+	// HasSub distinguishes [s ""] (an empty subsection) from [s].
+	HasSub bool
+	Value  string
 	// NoValue marks a bare "key" line, which git reads as boolean true.
 	NoValue bool
 	Line    int
@@ -21,7 +23,7 @@ func (e configEntry) Key() string {
 	if e.Section == "" {
 		return e.Name
 	}
-	if e.Subsection != "" {
+	if e.HasSub {
 		return e.Section + "." + e.Subsection + "." + e.Name
 	}
 	return e.Section + "." + e.Name
@@ -34,7 +36,7 @@ func (e configEntry) Key() string {
 func parseGitConfig(data []byte) ([]configEntry, error) {
 	p := &cfgParser{b: bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), line: 1}
 	var out []configEntry
-	section, sub := "", "" // git accepts variables before any section, with an empty one
+	section, sub, hasSub := "", "", false // git accepts variables before any section
 	for {
 		c, ok := p.next()
 		if !ok {
@@ -47,7 +49,7 @@ func parseGitConfig(data []byte) ([]configEntry, error) {
 			p.skipLine()
 		case c == '[':
 			var err error
-			section, sub, err = p.header()
+			section, sub, hasSub, err = p.header()
 			if err != nil {
 				return nil, err
 			}
@@ -56,7 +58,7 @@ func parseGitConfig(data []byte) ([]configEntry, error) {
 			if err != nil {
 				return nil, err
 			}
-			e.Section, e.Subsection = section, sub
+			e.Section, e.Subsection, e.HasSub = section, sub, hasSub
 			out = append(out, e)
 		default:
 			return nil, p.errorf("unexpected %q", c)
@@ -104,33 +106,35 @@ func (p *cfgParser) errorf(format string, args ...any) error {
 
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isAlnum(c byte) bool { return isAlpha(c) || c >= '0' && c <= '9' }
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' }
+// isSpace is git's isspace (sane_ctype): no vertical tab or form feed.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
 
 // header reads a section header after '['.
-func (p *cfgParser) header() (section, sub string, err error) {
+func (p *cfgParser) header() (section, sub string, hasSub bool, err error) {
 	var name []byte
 	for {
 		c, ok := p.next()
 		if !ok {
-			return "", "", p.errorf("unterminated section header")
+			return "", "", false, p.errorf("unterminated section header")
 		}
 		switch {
 		case c == ']':
 			if len(name) == 0 {
-				return "", "", p.errorf("empty section name")
+				return "", "", false, p.errorf("empty section name")
 			}
 			s := strings.ToLower(string(name))
 			// Old style [section.sub]: the whole of it is lower-cased and the first dot splits.
 			if i := strings.IndexByte(s, '.'); i >= 0 {
-				return s[:i], s[i+1:], nil
+				return s[:i], s[i+1:], true, nil
 			}
-			return s, "", nil
+			return s, "", false, nil
 		case isSpace(c):
-			return p.subsection(strings.ToLower(string(name)))
+			sec, sub, err := p.subsection(strings.ToLower(string(name)))
+			return sec, sub, err == nil, err
 		case isAlnum(c) || c == '-' || c == '.':
 			name = append(name, c)
 		default:
-			return "", "", p.errorf("invalid character %q in section name", c)
+			return "", "", false, p.errorf("invalid character %q in section name", c)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (r configRule) match(e configEntry) bool {
 	if e.Section != r.section || (r.name != "" && e.Name != r.name) {
 		return false
 	}
-	if (r.sub == "*" && e.Subsection == "") || (r.sub == "" && e.Subsection != "") {
+	if (r.sub == "*" && !e.HasSub) || (r.sub == "" && e.HasSub) {
 		return false
 	}
 	return r.value == nil || r.value(e.Value)

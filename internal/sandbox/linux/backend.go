@@ -1,10 +1,10 @@
 package linux
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,37 +63,8 @@ func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbo
 	cfg := initConfig{Spec: *spec, Etc: etc, LandlockABI: LandlockABI()}
 
 	s := &running{done: make(chan struct{}), timeout: spec.Limits.Timeout, warn: b.warn}
-	l := spec.Limits
-	if l.MemoryBytes > 0 || l.Pids > 0 || l.CPU > 0 {
-		name := b.RunName
-		if name == "" {
-			name = fmt.Sprintf("cordon-%d-%d", os.Getpid(), time.Now().UnixNano())
-		}
-		g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU})
-		if err != nil {
-			unenforced = []string{"memory", "pids", "cpu"}
-			g = nil
-		}
-		for _, u := range unenforced {
-			switch {
-			case u == "pids" && l.Pids > 0:
-				cfg.SetRlimitNproc = true
-				b.warn(fmt.Sprintf("limits.pids: no usable cgroup here (%v); falling back to RLIMIT_NPROC", errOr(err, "controller not available")))
-			case u == "memory" && l.MemoryBytes > 0:
-				cfg.RlimitAS = uint64(l.MemoryBytes)
-				b.warn(fmt.Sprintf("limits.memory: no usable cgroup here (%v); falling back to RLIMIT_AS per process", errOr(err, "controller not available")))
-			case u == "cpu" && l.CPU > 0:
-				b.warn(fmt.Sprintf("limits.cpu: no usable cgroup here (%v); CPU is not limited", errOr(err, "controller not available")))
-			}
-		}
-		if g != nil {
-			keepalive, err := cgroup.StartReaper(exe, []string{ReaperArg0}, g)
-			if err != nil {
-				g.Destroy()
-				return nil, &sandbox.SetupError{Step: "starting the cgroup reaper", Err: err}
-			}
-			s.cgroup, s.keepalive = g, keepalive
-		}
+	if err := b.limits(exe, spec.Limits, s, &cfg); err != nil {
+		return nil, err
 	}
 	if err := s.start(exe, &cfg); err != nil {
 		s.cleanup()
@@ -102,11 +73,52 @@ func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbo
 	return s, nil
 }
 
-func errOr(err error, s string) any {
-	if err != nil {
-		return err
+// limits puts the run in a cgroup of its own when the policy sets memory, pids or CPU limits. What
+// the host cannot enforce through a cgroup falls back to rlimits, with one warning line each; nothing
+// is skipped silently.
+func (b *Backend) limits(exe string, l sandbox.Limits, s *running, cfg *initConfig) error {
+	if l.MemoryBytes == 0 && l.Pids == 0 && l.CPU == 0 {
+		return nil
 	}
-	return s
+	name := b.RunName
+	if name == "" {
+		name = fmt.Sprintf("cordon-%d-%d", os.Getpid(), time.Now().UnixNano())
+	}
+	g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU})
+	why := func(limit string) string {
+		if err != nil {
+			return err.Error()
+		}
+		if w := g.Why(limit); w != "" {
+			return w
+		}
+		return "controller not available"
+	}
+	if err != nil {
+		g, unenforced = nil, []string{cgroup.Memory, cgroup.Pids, cgroup.CPU}
+	}
+	for _, u := range unenforced {
+		switch {
+		case u == cgroup.Pids && l.Pids > 0:
+			cfg.SetRlimitNproc = true
+			b.warn(fmt.Sprintf("limits.pids: no usable cgroup (%s); falling back to RLIMIT_NPROC", why(u)))
+		case u == cgroup.Memory && l.MemoryBytes > 0:
+			cfg.RlimitAS = uint64(l.MemoryBytes)
+			b.warn(fmt.Sprintf("limits.memory: no usable cgroup (%s); falling back to RLIMIT_AS, per process", why(u)))
+		case u == cgroup.CPU && l.CPU > 0:
+			b.warn(fmt.Sprintf("limits.cpu: no usable cgroup (%s); CPU is not limited", why(u)))
+		}
+	}
+	if g == nil {
+		return nil
+	}
+	keepalive, err := cgroup.StartReaper(exe, []string{ReaperArg0}, g)
+	if err != nil {
+		g.Destroy()
+		return &sandbox.SetupError{Step: "starting the cgroup reaper", Err: err}
+	}
+	s.cgroup, s.keepalive = g, keepalive
+	return nil
 }
 
 func validate(spec *sandbox.Spec) error {
@@ -131,6 +143,7 @@ func validate(spec *sandbox.Spec) error {
 // running is a started sandbox.
 type running struct {
 	cmd       *exec.Cmd
+	terminal  *os.File
 	cgroup    *cgroup.Group
 	keepalive *os.File
 	timeout   time.Duration
@@ -149,20 +162,34 @@ func (s *running) start(exe string, cfg *initConfig) error {
 	}
 	defer cfgR.Close()
 	defer cfgW.Close()
-	statR, statW, err := os.Pipe()
+	// Status comes back as datagrams on a socket pair, so that init can also hand over the master
+	// side of the pseudo-terminal it created inside the sandbox.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return &sandbox.SetupError{Step: "creating the status pipe", Err: err}
+		return &sandbox.SetupError{Step: "creating the status channel", Err: err}
 	}
+	statR, statW := os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status")
 	defer statR.Close()
+	stdin, stdout, stderr := spec.Stdin, spec.Stdout, spec.Stderr
+	if spec.TTY {
+		// The caller's terminal never enters the sandbox: init's own streams are /dev/null and the
+		// command gets a pseudo-terminal of the sandbox's own devpts.
+		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			return &sandbox.SetupError{Step: "opening /dev/null", Err: err}
+		}
+		defer devnull.Close()
+		stdin, stdout, stderr = devnull, devnull, devnull
+	}
 
 	hostUID, hostGID := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
 		Path:       exe,
 		Args:       []string{InitArg0},
 		Env:        []string{},
-		Stdin:      spec.Stdin,
-		Stdout:     spec.Stdout,
-		Stderr:     spec.Stderr,
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
 		ExtraFiles: []*os.File{cfgR, statW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
@@ -199,11 +226,7 @@ func (s *running) start(exe string, cfg *initConfig) error {
 	}
 	cfgW.Close()
 
-	line, err := bufio.NewReader(statR).ReadBytes('\n')
-	var st status
-	if err == nil {
-		err = json.Unmarshal(line, &st)
-	}
+	st, err := s.readStatus(statR)
 	switch {
 	case err != nil:
 		s.Kill()
@@ -229,6 +252,51 @@ func (s *running) start(exe string, cfg *initConfig) error {
 		go func() { <-s.done; t.Stop() }()
 	}
 	return nil
+}
+
+// readStatus reads init's messages until the one that says how the start ended, keeping the
+// pseudo-terminal's master when init sends it.
+func (s *running) readStatus(f *os.File) (status, error) {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), buf, oob, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return status{}, err
+		}
+		if n == 0 {
+			return status{}, io.EOF
+		}
+		var st status
+		if err := json.Unmarshal(buf[:n], &st); err != nil {
+			return status{}, fmt.Errorf("malformed status from init: %w", err)
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return status{}, err
+			}
+			for _, m := range msgs {
+				fds, err := unix.ParseUnixRights(&m)
+				if err != nil {
+					return status{}, err
+				}
+				for _, fd := range fds {
+					if st.PTY && s.terminal == nil {
+						s.terminal = os.NewFile(uintptr(fd), "pty-master")
+					} else {
+						unix.Close(fd)
+					}
+				}
+			}
+		}
+		if !st.PTY {
+			return st, nil
+		}
+	}
 }
 
 func (s *running) wait() {
@@ -279,6 +347,9 @@ func (s *running) Kill() error {
 	}
 	return err
 }
+
+// Terminal implements sandbox.Sandbox.
+func (s *running) Terminal() *os.File { return s.terminal }
 
 // Pid implements sandbox.Sandbox.
 func (s *running) Pid() int { return s.cmd.Process.Pid }

@@ -48,6 +48,8 @@ type status struct {
 	// Exec is set when the command itself could not be executed.
 	Exec     string `json:"exec,omitempty"`
 	NotFound bool   `json:"notFound,omitempty"`
+	// PTY marks the message that carries the master side of the sandbox's pseudo-terminal.
+	PTY bool `json:"pty,omitempty"`
 	// Started is set once the command runs inside the finished boundary.
 	Started bool `json:"started,omitempty"`
 	// Warnings are one-line notices (a defense-in-depth layer the kernel lacks).

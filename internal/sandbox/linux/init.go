@@ -33,7 +33,7 @@ func InitMain() int {
 	statusw := os.NewFile(statusFD, "status")
 	report := func(s status) {
 		b, _ := json.Marshal(s)
-		statusw.Write(append(b, '\n'))
+		statusw.Write(b)
 	}
 
 	var cfg initConfig
@@ -92,6 +92,21 @@ func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
 	if err := buildRoot(cfg); err != nil {
 		return nil, nil, err
 	}
+	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr
+	if spec.TTY {
+		master, slave, err := openPTY(spec.TTYRows, spec.TTYCols)
+		if err := step("creating the pseudo-terminal", err); err != nil {
+			return nil, nil, err
+		}
+		msg, _ := json.Marshal(status{PTY: true})
+		err = sendFD(statusFD, msg, master)
+		master.Close()
+		if err := step("handing over the pseudo-terminal", err); err != nil {
+			return nil, nil, err
+		}
+		defer slave.Close()
+		stdin, stdout, stderr = slave, slave, slave
+	}
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
 		return nil, nil, err
 	}
@@ -118,9 +133,9 @@ func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
 		Args:   spec.Args,
 		Env:    spec.Env,
 		Dir:    spec.Dir,
-		Stdin:  os.Stdin,
-		Stdout: os.Stdout,
-		Stderr: os.Stderr,
+		Stdin:  stdin,
+		Stdout: stdout,
+		Stderr: stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:    true,
 			Setctty:   spec.TTY,

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
@@ -132,7 +134,9 @@ func create(h *host, name string, l Limits, o options) (*Group, []string, error)
 	if v2 != nil {
 		enabled := enableV2(h, v2.cur, onV2, o.selfMove, g)
 		d := dir{Path: filepath.Join(v2.cur, name), V2: true, Controllers: enabled}
-		if err := os.Mkdir(d.Path, 0o755); err != nil {
+		if err := os.Mkdir(d.Path, 0o755); errors.Is(err, fs.ErrExist) {
+			return g, nil, fmt.Errorf("creating cgroup %s: %w (run names must be unique)", name, err)
+		} else if err != nil {
 			for _, c := range onV2 {
 				g.why[c] = err.Error() // a *PathError: "mkdir <path>: <reason>"
 			}
@@ -150,7 +154,16 @@ func create(h *host, name string, l Limits, o options) (*Group, []string, error)
 			continue
 		}
 		d := dir{Path: filepath.Join(hi.cur, name), Freezer: hi.has("freezer"), Controllers: hi.controllers}
-		if err := os.Mkdir(d.Path, 0o755); err != nil {
+		err := os.Mkdir(d.Path, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			// Someone else's cgroup of that name: never adopt it. Undo what was made.
+			for _, made := range g.dirs {
+				_ = unix.Rmdir(made.Path)
+			}
+			g.dirs = nil
+			return g, nil, fmt.Errorf("creating cgroup %s: %w (run names must be unique)", name, err)
+		}
+		if err != nil {
 			for _, c := range cs {
 				g.why[c] = err.Error()
 			}

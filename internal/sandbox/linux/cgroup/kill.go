@@ -37,7 +37,6 @@ func (g *Group) Kill() error {
 
 // kill does Kill's work; g.mu is held.
 func (g *Group) kill(deadline time.Time) error {
-	if deadline.IsZero() { return nil }; return nil
 	for _, d := range g.dirs {
 		if !d.V2 {
 			continue

@@ -154,8 +154,22 @@ func TestCreateOnFakeV2(t *testing.T) {
 	if !strings.Contains(g.Why(Pids), "not available") || !strings.Contains(g.Why(Memory), "memory.max") {
 		t.Errorf("reasons: pids %q, memory %q", g.Why(Pids), g.Why(Memory))
 	}
-	// An existing directory of that name is not taken over.
+	// An existing directory of that name is not taken over, and the error leaves nothing made.
 	if _, _, err := create(h, "run", Limits{}, options{}); err == nil {
 		t.Error("create reused an existing cgroup directory")
+	}
+	v1 := t.TempDir()
+	h.hierarchies = append(h.hierarchies, hierarchy{controllers: []string{"pids"}, mount: v1, cur: v1})
+	if _, _, err := create(h, "run2", Limits{Pids: 1}, options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(cur, "run2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := create(h, "run2", Limits{Pids: 1}, options{}); err == nil {
+		t.Error("create reused an existing v1 cgroup directory")
+	}
+	if _, err := os.Stat(filepath.Join(cur, "run2")); err == nil {
+		t.Error("a failed create left its v2 directory behind")
 	}
 }

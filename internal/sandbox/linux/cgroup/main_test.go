@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 // holderReport is what holderMain prints once its group, reaper and sleeping child are set up.
 type holderReport struct {
 	Paths []string `json:"paths"`
+	Dirs  []dir    `json:"dirs"`
 	Child int      `json:"child"`
 	Err   string   `json:"err,omitempty"`
 }
@@ -67,7 +68,7 @@ func holderMain(name string) int {
 		report(holderReport{Err: err.Error()})
 		return 1
 	}
-	report(holderReport{Paths: g.Paths(), Child: child.Process.Pid})
+	report(holderReport{Paths: g.Paths(), Dirs: g.dirs, Child: child.Process.Pid})
 	if strings.HasSuffix(name, "-clean") {
 		// Give the test time to see the group alive before the normal exit.
 		time.Sleep(300 * time.Millisecond)

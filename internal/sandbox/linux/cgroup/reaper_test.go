@@ -35,13 +35,7 @@ func startHolder(t *testing.T, name string) (*exec.Cmd, holderReport) {
 		t.Fatalf("holder: %s", r.Err)
 	}
 	// Whatever happens, leave nothing behind.
-	t.Cleanup(func() {
-		var ds []dir
-		for _, p := range r.Paths {
-			ds = append(ds, dir{Path: p, V2: strings.Contains(p, "unified") || !strings.Contains(p, "/sys/fs/cgroup/")})
-		}
-		_ = (&Group{dirs: ds}).Destroy()
-	})
+	t.Cleanup(func() { _ = (&Group{dirs: r.Dirs}).Destroy() })
 	return cmd, r
 }
 

@@ -43,14 +43,12 @@ type attempt struct {
 
 // attempts lists the attacks and the ordinary work, in the order the child runs them.
 func attempts() []attempt {
-	var mountDir string
 	list := []attempt{
 		// Mounts. The child runs in a private mount namespace, so the unfiltered run changes nothing outside.
 		{"mount tmpfs", func(e childEnv) string {
-			mountDir = filepath.Join(e.dir, "mnt")
-			return result(unix.Mount("cordon", mountDir, "tmpfs", 0, ""))
+			return result(unix.Mount("cordon", filepath.Join(e.dir, "mnt"), "tmpfs", 0, ""))
 		}, "EPERM", "", "ok", ""},
-		{"umount2", func(childEnv) string { return result(unix.Unmount(mountDir, 0)) }, "EPERM", "", "ok", ""},
+		{"umount2 (of that tmpfs)", func(e childEnv) string { return result(unix.Unmount(filepath.Join(e.dir, "mnt"), 0)) }, "EPERM", "", "ok", ""},
 		{"chroot /", func(childEnv) string { return result(unix.Chroot("/")) }, "EPERM", "", "ok", ""},
 		{"pivot_root", func(childEnv) string { return result(unix.PivotRoot("/nonexistent-cordon", "/nonexistent-cordon")) }, "EPERM", "", "ENOENT", ""},
 		{"fsopen tmpfs", func(childEnv) string { return fdResult(unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)) }, "EPERM", "", "ok", ""},
@@ -250,9 +248,31 @@ func TestInstallAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestInstallUnprivileged installs the filter in a child running as nobody, as the sandbox's init does
+// when cordon runs rootless: without CAP_SYS_ADMIN the kernel accepts a filter only under
+// no_new_privs, which Install sees to. keyctl on its own keyring works for nobody without a filter.
+func TestInstallUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to switch the child to nobody")
+	}
+	got := runChildAs(t, "filter", &syscall.Credential{Uid: 65534, Gid: 65534})
+	for name, want := range map[string]string{"keyctl": "EPERM", "ioctl TIOCSTI on a pty": "EPERM", "exec /bin/true": "ok"} {
+		if got[name] != want {
+			t.Errorf("%s as nobody under the filter: got %s, want %s", name, got[name], want)
+		}
+	}
+}
+
 // runChild re-executes the test binary in mode, in a private mount namespace, with two sibling
 // processes to attack, and returns its results.
 func runChild(t *testing.T, mode string) map[string]string {
+	t.Helper()
+	return runChildAs(t, mode, nil)
+}
+
+// runChildAs is runChild with the child running as cred; a nil cred keeps root and gives the child a
+// private mount namespace, so the unfiltered mount attempts change nothing outside it.
+func runChildAs(t *testing.T, mode string, cred *syscall.Credential) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "mnt"), 0o755); err != nil {
@@ -263,11 +283,27 @@ func runChild(t *testing.T, mode string) map[string]string {
 	}
 	siblings := []string{startSibling(t), startSibling(t)}
 
+	binary := os.Args[0]
+	attr := &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	if cred != nil {
+		// The test binary lives in a private build directory; give the child a copy it can run.
+		binary = filepath.Join(dir, "seccomp.test")
+		if err := copyExecutable(os.Args[0], binary); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir makes both 0700
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		attr = &syscall.SysProcAttr{Credential: cred}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(ctx, binary, "-test.run=^$")
 	cmd.Env = append(os.Environ(), envMode+"="+mode, envSiblings+"="+strings.Join(siblings, ","), envDir+"="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd.SysProcAttr = attr
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -278,6 +314,14 @@ func runChild(t *testing.T, mode string) map[string]string {
 		t.Fatalf("child %s: %v\nstdout:\n%s\nstderr:\n%s", mode, err, stdout.String(), stderr.String())
 	}
 	return results
+}
+
+func copyExecutable(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, 0o755)
 }
 
 // startSibling starts a process the child did not start, for it to try to trace.
