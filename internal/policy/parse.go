@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -67,9 +66,6 @@ func Parse(name string, data []byte, opts Options) (*Policy, error) {
 	return p, nil
 }
 
-// yamlLine extracts the line from go-yaml's "yaml: line N: problem" syntax errors.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // decodeYAML parses exactly one YAML document into a node tree, refusing empty input and any further
 // documents.
 func decodeYAML(name string, data []byte) (root *yaml.Node, err error) {
@@ -102,9 +98,12 @@ func decodeYAML(name string, data []byte) (root *yaml.Node, err error) {
 
 func syntaxError(name string, err error) error {
 	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		if line, convErr := strconv.Atoi(m[1]); convErr == nil && line > 0 {
-			return &Error{File: name, Line: line, Msg: "invalid YAML: " + m[2]}
+	// go-yaml reports syntax errors as "yaml: line N: problem".
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		if num, problem, ok := strings.Cut(rest, ": "); ok {
+			if line, convErr := strconv.Atoi(num); convErr == nil && line > 0 {
+				return &Error{File: name, Line: line, Msg: "invalid YAML: " + problem}
+			}
 		}
 	}
 	return &Error{File: name, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}

@@ -512,7 +512,7 @@ func (d *decoder) githubApp(n *yaml.Node, path string) (*GitHubApp, error) {
 		}},
 		field{"permissions", func(v *yaml.Node, p string) error {
 			err := d.pairs(v, p, func(k, val *yaml.Node, kp string) error {
-				if !permissionRE.MatchString(k.Value) {
+				if !validPermission(k.Value) {
 					return d.errf(k, kp, "%q is not a GitHub permission name (expected e.g. contents, pull_requests)", k.Value)
 				}
 				level, err := d.str(val, kp)

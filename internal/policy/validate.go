@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -14,16 +13,55 @@ import (
 // The checks below validate one value each. They return the value normalized (lower-cased host names,
 // expanded paths) and an error that reads well after "field.path: ".
 
-var (
-	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	methodRE     = regexp.MustCompile(`^[A-Z][A-Z_-]*$`)
-	headerRE     = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-	repoRE       = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
-	permissionRE = regexp.MustCompile(`^[a-z][a-z_]*$`)
-)
+// The character-class checks are plain functions rather than package-level regular expressions:
+// every start of cordon (the sandbox's init included) would otherwise pay for compiling them.
+
+func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
+func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// matchAll reports whether s is non-empty, its first byte satisfies first, and the rest satisfy rest.
+func matchAll(s string, first, rest func(byte) bool) bool {
+	if s == "" || !first(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !rest(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnvName(s string) bool {
+	return matchAll(s, func(c byte) bool { return isLower(c) || isUpper(c) || c == '_' },
+		func(c byte) bool { return isLower(c) || isUpper(c) || isDigit(c) || c == '_' })
+}
+
+func validMethod(s string) bool {
+	return matchAll(s, isUpper, func(c byte) bool { return isUpper(c) || c == '_' || c == '-' })
+}
+
+// validHeaderName accepts an RFC 9110 token.
+func validHeaderName(s string) bool {
+	tok := func(c byte) bool {
+		return isLower(c) || isUpper(c) || isDigit(c) || strings.IndexByte("!#$%&'*+.^_`|~-", c) >= 0
+	}
+	return matchAll(s, tok, tok)
+}
+
+func validRepo(s string) bool {
+	owner, name, ok := strings.Cut(s, "/")
+	part := func(c byte) bool { return isLower(c) || isUpper(c) || isDigit(c) || c == '_' || c == '.' || c == '-' }
+	return ok && matchAll(owner, part, part) && matchAll(name, part, part)
+}
+
+func validPermission(s string) bool {
+	return matchAll(s, isLower, func(c byte) bool { return isLower(c) || c == '_' })
+}
 
 func checkEnvName(s string) (string, error) {
-	if !envNameRE.MatchString(s) {
+	if !validEnvName(s) {
 		return "", fmt.Errorf("%q is not a valid variable name (expected letters, digits and _, not starting with a digit)", s)
 	}
 	return s, nil
@@ -140,7 +178,7 @@ func checkPreset(s string) (string, error) {
 }
 
 func checkMethod(s string) (string, error) {
-	if !methodRE.MatchString(s) {
+	if !validMethod(s) {
 		return "", fmt.Errorf("%q is not an HTTP method (expected an upper-case token such as GET or POST)", s)
 	}
 	return s, nil
@@ -178,14 +216,14 @@ func checkUpstream(s string) (string, error) {
 }
 
 func checkHeader(s string) (string, error) {
-	if !headerRE.MatchString(s) {
+	if !validHeaderName(s) {
 		return "", fmt.Errorf("%q is not a valid HTTP header name", s)
 	}
 	return s, nil
 }
 
 func checkRepository(s string) (string, error) {
-	if !repoRE.MatchString(s) {
+	if !validRepo(s) {
 		return "", fmt.Errorf("%q is not a repository (expected owner/name)", s)
 	}
 	return s, nil

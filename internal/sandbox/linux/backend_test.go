@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
@@ -43,7 +44,10 @@ func startSpec(t *testing.T, spec *sandbox.Spec) (string, sandbox.ExitStatus, er
 }
 
 func testSpec(t *testing.T, args ...string) *sandbox.Spec {
-	ws := t.TempDir()
+	return testSpecIn(t.TempDir(), args...)
+}
+
+func testSpecIn(ws string, args ...string) *sandbox.Spec {
 	return &sandbox.Spec{
 		Args: args, Env: []string{"PATH=/usr/bin:/bin", "HOME=/home/agent"}, Dir: ws,
 		Workspace: sandbox.Workspace{Path: ws, Source: ws},
@@ -98,3 +102,5 @@ func asExec(err error, target **sandbox.ExecError) bool {
 	}
 	return ok
 }
+
+func nowNano() int64 { return time.Now().UnixNano() }
