@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -310,13 +311,16 @@ print("ALLOCATED")
 // is gone within a second and no cgroup is left behind.
 func TestKillNineLeavesNothing(t *testing.T) {
 	forEachIdentity(t, func(t *testing.T, h *harness) {
-		marker := fmt.Sprintf("%d.%s", 1000, h.canary[:6])
+		// A unique duration that sleep accepts; only the sleeps themselves carry it as their argument.
+		marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e9)
 		pol := h.policy("limits:\n  pids: 100\n")
 		before := map[string]bool{}
 		for _, g := range cgroupsNamed("cordon-") {
 			before[g] = true
 		}
 		cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "sleep "+marker+" & sleep "+marker+" & wait")
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +328,7 @@ func TestKillNineLeavesNothing(t *testing.T) {
 		for len(pidsWithArg(marker)) < 2 {
 			if time.Now().After(deadline) {
 				cmd.Process.Kill()
-				t.Fatal("the sandboxed processes never started")
+				t.Fatalf("the sandboxed processes never started: %s", stderr.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -365,13 +369,13 @@ func TestKillNineLeavesNothing(t *testing.T) {
 	})
 }
 
-// pidsWithArg lists host processes with arg among their arguments.
+// pidsWithArg lists host processes running `sleep ARG`.
 func pidsWithArg(arg string) []string {
 	var pids []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), arg) {
+		if err == nil && string(b) == "sleep\x00"+arg+"\x00" {
 			pids = append(pids, e.Name())
 		}
 	}
@@ -405,6 +409,59 @@ func TestNestingOnlyWhenAllowed(t *testing.T) {
 		}
 		if r := h.sandboxed("sandbox:\n  allowNesting: true\n", "unshare -U true && echo NESTED"); !strings.Contains(r.stdout, "NESTED") {
 			t.Fatalf("allowNesting did not allow a user namespace:\n%s", r)
+		}
+	})
+}
+
+// TestPolicyMounts: filesystem.readonly is readable and not writable, filesystem.readwrite is both,
+// and neither shows anything beside the named path.
+func TestPolicyMounts(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		ro := filepath.Join(h.base, "tools")
+		rw := filepath.Join(h.base, "cache")
+		h.writeFile(filepath.Join(ro, "tool.txt"), "TOOL-"+h.canary, 0o644)
+		h.writeFile(filepath.Join(rw, "old.txt"), "old", 0o644)
+		h.chownAll(h.base)
+		pol := fmt.Sprintf("filesystem:\n  readonly: [%q]\n  readwrite: [%q]\n", ro, rw)
+		script := fmt.Sprintf(`cat %[1]s/tool.txt; echo x > %[1]s/new 2>/dev/null && echo RO-WRITABLE; echo y > %[2]s/new && echo RW-OK; ls %[3]s`, ro, rw, h.base)
+		r := h.sandboxed(pol, script)
+		if !strings.Contains(r.stdout, "TOOL-"+h.canary) || !strings.Contains(r.stdout, "RW-OK") || strings.Contains(r.stdout, "RO-WRITABLE") {
+			t.Fatalf("policy mounts misbehave:\n%s", r)
+		}
+		if strings.Contains(r.stdout, "policy-") {
+			t.Fatalf("a sibling of a mounted path (the policy files) is visible:\n%s", r)
+		}
+		if b, err := os.ReadFile(filepath.Join(rw, "new")); err != nil || string(b) != "y\n" {
+			t.Fatalf("a write to a readwrite path did not reach the host: %q %v", b, err)
+		}
+		if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+			t.Fatal("a write to a readonly path reached the host")
+		}
+	})
+}
+
+// TestSignalsForwarded: a signal to cordon reaches the command, which can handle it and choose its
+// exit status.
+func TestSignalsForwarded(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c",
+			`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+		var out syncBuffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 5 || !strings.Contains(out.String(), "got-TERM") {
+			t.Fatalf("SIGTERM was not forwarded: exit %d, output %q", code, out.String())
 		}
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -130,6 +131,14 @@ func (a *app) doctorSandbox() (string, error) {
 	var warnings []string
 	b := &linux.Backend{Warn: func(s string) { warnings = append(warnings, s) }}
 	sb, err := b.Start(context.Background(), spec)
+	mode := "copy-on-write workspace (overlayfs)"
+	var se *sandbox.SetupError
+	if errors.As(err, &se) && se.Step == linux.StepOverlay {
+		mode = fmt.Sprintf("workspace copies (no overlayfs in a user namespace here: %v)", se.Err)
+		if spec.Workspace, err = workspace.FallbackToCopy(run, se.Err); err == nil {
+			sb, err = b.Start(context.Background(), spec)
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -139,10 +148,6 @@ func (a *app) doctorSandbox() (string, error) {
 	}
 	if st.Code != 0 {
 		return "", fmt.Errorf("/bin/true exited %d inside the sandbox", st.Code)
-	}
-	mode := "copy-on-write workspace (overlayfs)"
-	if ws.Overlay == nil {
-		mode = "workspace copy (no overlayfs in a user namespace here)"
 	}
 	return "started /bin/true with all namespaces, " + mode + ", Landlock and seccomp", nil
 }

@@ -48,7 +48,12 @@ func (a *app) cmdRun(args []string) int {
 		return exitCordon
 	}
 	store := a.store()
-	run, err := store.Create(runstate.Meta{Project: project, Command: argv})
+	meta := runstate.Meta{Project: project, Command: argv}
+	if meta.PID, meta.PIDStart, err = runstate.Self(); err != nil {
+		a.errorf("run: %v", err)
+		return exitCordon
+	}
+	run, err := store.Create(meta)
 	if err != nil {
 		a.errorf("run: creating the run's state: %v", err)
 		return exitCordon
@@ -59,13 +64,20 @@ func (a *app) cmdRun(args []string) int {
 		a.errorf("run: %v", err)
 		return exitCordon
 	}
-	code, started := a.runSpec(spec, run.Meta.ID)
+	code, started := a.runSpec(spec, run)
 	if !started {
 		a.dropRun(run)
 		return code
 	}
 	a.finishRun(run, code)
 	return code
+}
+
+// notice prints the workspace's one-line note (a copy instead of an overlay, no disk limit), if any.
+func (a *app) notice(run *runstate.Run) {
+	if info, err := workspace.LoadInfo(run); err == nil && info.Note != "" {
+		a.warn("workspace: " + info.Note)
+	}
 }
 
 // dropRun removes a run whose command never started: it has nothing to review.
@@ -78,7 +90,8 @@ func (a *app) dropRun(run *runstate.Run) {
 
 // runSpec starts the sandbox, relays its streams and signals, and returns the exit code and whether
 // the command started at all.
-func (a *app) runSpec(spec *sandbox.Spec, runID string) (int, bool) {
+func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run) (int, bool) {
+	runID := run.Meta.ID
 	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
 	if err != nil {
 		a.errorf("run: %v", err)
@@ -94,6 +107,14 @@ func (a *app) runSpec(spec *sandbox.Spec, runID string) (int, bool) {
 
 	backend := &linux.Backend{Warn: a.warn, RunName: "cordon-" + runID}
 	sb, err := backend.Start(context.Background(), spec)
+	var se *sandbox.SetupError
+	if errors.As(err, &se) && se.Step == linux.StepOverlay && run != nil {
+		// This host cannot mount overlayfs in a user namespace: learn it by trying, then use a copy.
+		if spec.Workspace, err = workspace.FallbackToCopy(run, se.Err); err == nil {
+			a.notice(run)
+			sb, err = backend.Start(context.Background(), spec)
+		}
+	}
 	streams.Started()
 	if err != nil {
 		streams.Close()
@@ -233,10 +254,11 @@ func (a *app) identity() sandbox.User {
 // buildSpec turns the policy into the sandbox's declarative spec.
 func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run) (*sandbox.Spec, error) {
 	id := a.identity()
-	ws, err := workspace.Prepare(run, project)
+	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk)})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}
+	a.notice(run)
 	env, warnings := sandboxenv.Build(a.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: isTerminal(a.stdin)})
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, w)
@@ -341,6 +363,9 @@ func (a *app) store() runstate.Store {
 func (a *app) finishRun(run *runstate.Run, code int) {
 	if err := run.Finish(code); err != nil {
 		a.warn(fmt.Sprintf("recording the run's end: %v", err))
+	}
+	if err := workspace.Release(run); err != nil {
+		a.warn(fmt.Sprintf("releasing the workspace: %v", err))
 	}
 	changes, err := workspace.Changes(run)
 	if err != nil {

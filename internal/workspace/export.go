@@ -100,7 +100,7 @@ func Export(run *runstate.Run, branch string, opts ApplyOptions) (commit string,
 		return "", err
 	}
 	// The all-zero old value makes git refuse if the branch appeared meanwhile.
-	if _, err := g.run(nil, "update-ref", "-m", "cordon export "+run.Meta.ID, ref, commit, strings.Repeat("0", len(commit))); err != nil {
+	if _, err := g.run(nil, "update-ref", "-m", "cordon export "+run.Meta.ID, ref, commit, g.zero); err != nil {
 		return "", err
 	}
 	err = run.UpdateLocked(func(m *runstate.Meta) error {
@@ -126,6 +126,7 @@ type gitRepo struct {
 	bin, project, prefix string
 	env                  []string
 	tmp                  string
+	zero                 string // the null object id of the repository's hash
 }
 
 func newGit(project, runDir string) (*gitRepo, error) {
@@ -149,6 +150,10 @@ func newGit(project, runDir string) (*gitRepo, error) {
 	// Index paths are relative to the top of the work tree, which the project may be below.
 	top, prefix, _ := strings.Cut(out, "\n")
 	g.project, g.prefix = top, strings.TrimSpace(prefix)
+	g.zero = strings.Repeat("0", 40)
+	if f, err := g.run(nil, "rev-parse", "--show-object-format"); err == nil && f == "sha256" {
+		g.zero = strings.Repeat("0", 64)
+	}
 	if _, err := g.run(nil, "var", "GIT_AUTHOR_IDENT"); err != nil {
 		g.env = append(g.env, "GIT_AUTHOR_NAME=cordon", "GIT_AUTHOR_EMAIL=cordon@localhost",
 			"GIT_COMMITTER_NAME=cordon", "GIT_COMMITTER_EMAIL=cordon@localhost")
@@ -189,7 +194,7 @@ func (g *gitRepo) indexLines(cs []Change) ([]byte, error) {
 		switch {
 		case c.Kind == Deleted:
 			if !c.OldMode.IsDir() {
-				fmt.Fprintf(&out, "0 %s\t%s\x00", strings.Repeat("0", 40), full)
+				fmt.Fprintf(&out, "0 %s\t%s\x00", g.zero, full)
 			}
 		case c.Mode.IsRegular():
 			mode := "100644"

@@ -106,6 +106,7 @@ func (p *cfgParser) errorf(format string, args ...any) error {
 
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isAlnum(c byte) bool { return isAlpha(c) || c >= '0' && c <= '9' }
+
 // isSpace is git's isspace (sane_ctype): no vertical tab or form feed.
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
 

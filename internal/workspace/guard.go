@@ -26,6 +26,7 @@ type Risk struct {
 	Never bool
 }
 
+// String is the one line cordon prints for a risk.
 func (r Risk) String() string { return r.Path + ": " + r.Reason }
 
 // pathRule flags changes to files that a tool on the host reads and acts on: each rule names the
@@ -79,8 +80,11 @@ type configRule struct {
 	reason             string
 }
 
-func bang(v string) bool   { return strings.HasPrefix(strings.TrimSpace(v), "!") }
-func extURL(v string) bool { v = strings.ToLower(v); return strings.HasPrefix(v, "ext::") || strings.HasPrefix(v, "fd::") }
+func bang(v string) bool { return strings.HasPrefix(strings.TrimSpace(v), "!") }
+func extURL(v string) bool {
+	v = strings.ToLower(v)
+	return strings.HasPrefix(v, "ext::") || strings.HasPrefix(v, "fd::")
+}
 
 var configRules = []configRule{
 	{"core", "", "hookspath", nil, "moves git hooks to a directory the agent chose"},

@@ -15,6 +15,7 @@ import (
 // checks that Apply refuses it (listing the path and a reason) and that IncludeRisky does carry
 // it, which shows the refusal is the guard's doing and not an accident of the scenario.
 func TestPersistenceVectors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, script string
 		path, rule   string
@@ -116,6 +117,7 @@ func hasRisk(rs []Risk, path, rule string) bool {
 // TestBenignNotFlagged keeps the guard usable: ordinary agent work, including commits, is carried
 // without --include-risky.
 func TestBenignNotFlagged(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	r := testRun(t, p)
 	ws := prepare(t, r, p, PrepareOptions{})
@@ -144,6 +146,7 @@ mkdir -p .vscode && echo '{}' > .vscode/README.md
 }
 
 func TestSymlinksOutsideNeverApplied(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, script, path string }{
 		{"absolute", `ln -s /etc/passwd evil`, "evil"},
 		{"climbing", `ln -s ../../../../../../etc src/up`, "src/up"},

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -58,8 +57,8 @@ type Info struct {
 
 // PrepareOptions adjusts Prepare.
 type PrepareOptions struct {
-	// ForceCopy skips overlayfs and copies the project (for tests and for hosts where the probe
-	// passes but the sandbox's mount fails).
+	// ForceCopy skips overlayfs and copies the project (for tests; the CLI uses FallbackToCopy when
+	// the sandbox reports that it could not mount the overlay).
 	ForceCopy bool
 	// DiskBytes caps what the run may write (limits.disk); see disk.go for how and when it holds.
 	DiskBytes int64
@@ -71,8 +70,9 @@ func Prepare(run *runstate.Run, project string) (sandbox.Workspace, error) {
 }
 
 // PrepareWith makes the workspace. With overlayfs its cost does not depend on the project's size: it
-// creates two empty directories, takes the base time and proves once, in a throw-away user and mount
-// namespace, that the kernel will mount the overlay the way the sandbox will.
+// creates two empty directories and takes the base time. Whether the kernel mounts the overlay is
+// learned by mounting it: the sandbox reports a failure, and the caller then calls FallbackToCopy,
+// so the common case pays for no separate probe.
 func PrepareWith(run *runstate.Run, project string, opts PrepareOptions) (sandbox.Workspace, error) {
 	project, err := cleanProject(run, project)
 	if err != nil {
@@ -125,31 +125,68 @@ func PrepareWith(run *runstate.Run, project string, opts PrepareOptions) (sandbo
 	info.Base, info.Slack = base, slack
 
 	ws := sandbox.Workspace{Path: project, Source: project}
-	perr := errors.New("copy requested")
-	if !opts.ForceCopy {
-		perr = probeOverlay(run.Dir, project, upper, work)
-	}
-	if perr == nil {
-		info.Mode = ModeOverlay
-		ws.Overlay = &sandbox.Overlay{Upper: upper, Work: work}
-	} else {
+	if opts.ForceCopy {
 		how, err := copyProject(run.Dir, project, upper)
 		if err != nil {
 			return sandbox.Workspace{}, err
 		}
 		info.Mode = ModeCopy
 		ws.Source = upper
-		notes = append([]string{fmt.Sprintf("overlayfs in a user namespace unavailable (%v): the workspace is a %s of the project", perr, how)}, notes...)
+		notes = append([]string{fmt.Sprintf("copy requested: the workspace is a %s of the project", how)}, notes...)
+	} else {
+		info.Mode = ModeOverlay
+		ws.Overlay = &sandbox.Overlay{Upper: upper, Work: work}
 	}
 	info.Note = strings.Join(notes, "; ")
-	b, err := json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return sandbox.Workspace{}, fmt.Errorf("workspace: %w", err)
-	}
-	if err := runstate.WriteFileAtomic(filepath.Join(run.Dir, infoFile), b, 0o600); err != nil {
-		return sandbox.Workspace{}, fmt.Errorf("workspace: %w", err)
+	if err := writeInfo(run, &info); err != nil {
+		return sandbox.Workspace{}, err
 	}
 	return ws, nil
+}
+
+// FallbackToCopy turns a prepared overlay workspace into a copy of the project, for hosts where the
+// sandbox could not mount overlayfs in its user namespace (an old kernel, a file system overlayfs
+// refuses). why is the sandbox's reason; it goes into the one-line note the user sees.
+func FallbackToCopy(run *runstate.Run, why error) (sandbox.Workspace, error) {
+	info, err := LoadInfo(run)
+	if err != nil {
+		return sandbox.Workspace{}, err
+	}
+	if info.Mode != ModeOverlay {
+		return sandbox.Workspace{}, fmt.Errorf("workspace: run %s is already a copy", run.Meta.ID)
+	}
+	upper := filepath.Join(run.Dir, upperDir)
+	if real, err := filepath.EvalSymlinks(upper); err == nil {
+		upper = real
+	}
+	if cs, err := Changes(run); err == nil && len(cs) > 0 {
+		return sandbox.Workspace{}, fmt.Errorf("workspace: run %s already has changes; refusing to copy over them", run.Meta.ID)
+	}
+	how, err := copyProject(run.Dir, info.Project, upper)
+	if err != nil {
+		return sandbox.Workspace{}, err
+	}
+	info.Mode = ModeCopy
+	note := fmt.Sprintf("overlayfs in a user namespace unavailable (%v): the workspace is a %s of the project", why, how)
+	if info.Note != "" {
+		note += "; " + info.Note
+	}
+	info.Note = note
+	if err := writeInfo(run, info); err != nil {
+		return sandbox.Workspace{}, err
+	}
+	return sandbox.Workspace{Path: info.Project, Source: upper}, nil
+}
+
+func writeInfo(run *runstate.Run, info *Info) error {
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := runstate.WriteFileAtomic(filepath.Join(run.Dir, infoFile), b, 0o600); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return nil
 }
 
 // cleanProject resolves project to the absolute, symlink-free directory the sandbox will mount, and
@@ -250,38 +287,6 @@ func LoadInfo(run *runstate.Run) (*Info, error) {
 func OverlayOptions(lower, upper, work string) string {
 	esc := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
 	return "lowerdir=" + esc.Replace(lower) + ",upperdir=" + esc.Replace(upper) + ",workdir=" + esc.Replace(work) + ",userxattr"
-}
-
-// probeOverlay mounts the real overlay once in a new user and mount namespace that dies with the
-// mount(8) process, which proves that the kernel, the project's file system and the run directory's
-// file system support it as the sandbox will use it (unprivileged, userxattr). A goroutine cannot do
-// this in-process: unshare(CLONE_NEWUSER) is refused to a multithreaded program.
-func probeOverlay(runDir, lower, upper, work string) error {
-	mnt := filepath.Join(runDir, "probe")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	defer os.Remove(mnt)
-	mountBin, err := exec.LookPath("mount")
-	if err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	cmd := exec.Command(mountBin, "-n", "-t", "overlay", "overlay", "-o", OverlayOptions(lower, upper, work), mnt)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}},
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg == "" {
-			msg = err.Error()
-		}
-		return fmt.Errorf("mount in a user namespace: %s", msg)
-	}
-	return nil
 }
 
 // Discard throws the run's changes away: the layers are removed at once (they can be large); the

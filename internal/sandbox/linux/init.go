@@ -151,40 +151,42 @@ func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
 
 // supervise is pid 1's job once the command runs: forward signals to it, reap every orphan that the
 // pid namespace hands us, and when the command exits, end the whole sandbox with its status.
+//
+// It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
+// LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
+// another thread of init would be refused by Landlock's signal scoping.
 func supervise(cmd *exec.Cmd) int {
-	sigs := make(chan os.Signal, 16)
+	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs)
 	pid := cmd.Process.Pid
-	go func() {
-		for sig := range sigs {
-			if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
-				unix.Kill(pid, s)
+	for {
+		for {
+			var ws unix.WaitStatus
+			wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || wpid <= 0 {
+				break
+			}
+			if wpid == pid {
+				code := 125
+				switch {
+				case ws.Exited():
+					code = ws.ExitStatus()
+				case ws.Signaled():
+					code = 128 + int(ws.Signal())
+				}
+				// The command is gone: nothing else in the sandbox outlives it.
+				unix.Kill(-1, unix.SIGKILL)
+				return code
 			}
 		}
-	}()
-	code := -1
-	for code < 0 {
-		var ws unix.WaitStatus
-		wpid, err := unix.Wait4(-1, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			code = 125
-			break
-		}
-		if wpid == pid {
-			switch {
-			case ws.Exited():
-				code = ws.ExitStatus()
-			case ws.Signaled():
-				code = 128 + int(ws.Signal())
-			}
+		sig := <-sigs
+		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
+			unix.Kill(pid, s)
 		}
 	}
-	// The command is gone: nothing else in the sandbox outlives it.
-	unix.Kill(-1, unix.SIGKILL)
-	return code
 }
 
 func execError(name string, err error) error {

@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +22,10 @@ const (
 	newRoot    = "/newroot"
 	emptyFile  = "/empty"
 )
+
+// StepOverlay names the setup step that mounts a copy-on-write workspace. A caller that sees it fail
+// can fall back to a copied workspace: the host lacks overlayfs in a user namespace, nothing more.
+const StepOverlay = "mounting the copy-on-write workspace (overlayfs)"
 
 // systemDirs are the host directories every program needs, bound read-only at the same path. On a
 // merged-/usr system most are symlinks into /usr and are recreated as such.
@@ -75,6 +80,10 @@ func buildRoot(cfg *initConfig) error {
 	}
 	for _, s := range steps {
 		if err := s.fn(); err != nil {
+			var se *sandbox.SetupError
+			if errors.As(err, &se) {
+				return se
+			}
 			return &sandbox.SetupError{Step: s.name, Err: err}
 		}
 	}
@@ -252,7 +261,10 @@ func mountTree(spec *sandbox.Spec) error {
 	ws := spec.Workspace
 	mounts = append(mounts, treeMount{target: ws.Path, mount: func(dst string) error {
 		if ws.Overlay != nil {
-			return mountOverlay(host(ws.Source), host(ws.Overlay.Upper), host(ws.Overlay.Work), dst)
+			if err := mountOverlay(host(ws.Source), host(ws.Overlay.Upper), host(ws.Overlay.Work), dst); err != nil {
+				return &sandbox.SetupError{Step: StepOverlay, Err: err}
+			}
+			return nil
 		}
 		return bindMount(host(ws.Source), dst, true)
 	}})
@@ -267,6 +279,10 @@ func mountTree(spec *sandbox.Spec) error {
 	})
 	for _, m := range mounts {
 		if err := m.mount(inRoot(m.target)); err != nil {
+			var se *sandbox.SetupError
+			if errors.As(err, &se) {
+				return err
+			}
 			return fmt.Errorf("%s: %w", m.target, err)
 		}
 	}
