@@ -82,15 +82,16 @@ type Run struct {
 // usually to DefaultRoot(...).
 type Store struct{ Root string }
 
-// DefaultRoot is cordon's state directory: /var/lib/cordon for root (so that runs started with sudo
-// do not land in a user's home), otherwise $XDG_STATE_HOME/cordon, or ~/.local/state/cordon when
-// XDG_STATE_HOME is unset or not absolute (as the XDG spec requires). Runs live in Root/runs.
+// DefaultRoot is cordon's state directory: $XDG_STATE_HOME/cordon when XDG_STATE_HOME is set and
+// absolute (as the XDG spec requires), else /var/lib/cordon for root (so that runs started with sudo,
+// which resets the environment, do not land in a user's home), else ~/.local/state/cordon. Runs live
+// in Root/runs.
 func DefaultRoot(uid int, home, xdgStateHome string) string {
-	if uid == 0 {
-		return "/var/lib/cordon"
-	}
 	if xdgStateHome != "" && filepath.IsAbs(xdgStateHome) {
 		return filepath.Join(xdgStateHome, "cordon")
+	}
+	if uid == 0 {
+		return "/var/lib/cordon"
 	}
 	return filepath.Join(home, ".local", "state", "cordon")
 }

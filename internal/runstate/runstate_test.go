@@ -17,7 +17,8 @@ func TestDefaultRoot(t *testing.T) {
 		home, xdg string
 		want      string
 	}{
-		{0, "/root", "/root/.xdg", "/var/lib/cordon"},
+		{0, "/root", "/root/.xdg", "/root/.xdg/cordon"},
+		{0, "/root", "", "/var/lib/cordon"},
 		{1000, "/home/u", "/home/u/st", "/home/u/st/cordon"},
 		{1000, "/home/u", "", "/home/u/.local/state/cordon"},
 		{1000, "/home/u", "relative/st", "/home/u/.local/state/cordon"},
