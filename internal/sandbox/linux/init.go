@@ -41,7 +41,11 @@ func InitMain() int {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
 		return 125
 	}
-	cmd, warnings, err := setup(&cfg)
+	// Catch signals before the command exists, so that none sent during setup is lost; they are
+	// forwarded once it runs.
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs)
+	pid, warnings, err := setup(&cfg)
 	if err != nil {
 		var se *sandbox.SetupError
 		var ee *sandbox.ExecError
@@ -61,13 +65,13 @@ func InitMain() int {
 	}
 	report(status{Started: true, Warnings: warnings})
 	statusw.Close()
-	return supervise(cmd)
+	return supervise(pid, sigs)
 }
 
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
 // privilege over the new namespaces happens first, then privileges are dropped for good, then the
 // kernel's own guards (Landlock, seccomp) are stacked, and only then is the command executed.
-func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
+func setup(cfg *initConfig) (int, []string, error) {
 	spec := &cfg.Spec
 	var warnings []string
 	step := func(name string, err error) error {
@@ -77,76 +81,74 @@ func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
 		return nil
 	}
 	if err := step("joining a new cgroup namespace", unix.Unshare(unix.CLONE_NEWCGROUP)); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = "cordon"
 	}
 	if err := step("setting the host name", unix.Sethostname([]byte(hostname))); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	if err := step("bringing up loopback", loopbackUp()); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	if err := buildRoot(cfg); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr
 	if spec.TTY {
 		master, slave, err := openPTY(spec.TTYRows, spec.TTYCols)
 		if err := step("creating the pseudo-terminal", err); err != nil {
-			return nil, nil, err
+			return 0, nil, err
 		}
 		msg, _ := json.Marshal(status{PTY: true})
 		err = sendFD(statusFD, msg, master)
 		master.Close()
 		if err := step("handing over the pseudo-terminal", err); err != nil {
-			return nil, nil, err
+			return 0, nil, err
 		}
 		defer slave.Close()
 		stdin, stdout, stderr = slave, slave, slave
 	}
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	path, err := lookPath(spec.Args[0], spec.Env)
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	if err := step("dropping privileges", dropPrivileges()); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	w, err := restrictLandlock(spec, cfg.LandlockABI)
 	if err := step("applying Landlock", err); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	if w != "" {
 		warnings = append(warnings, w)
 	}
 	if err := step("installing the seccomp filter", seccomp.Install(seccomp.Options{AllowNesting: spec.AllowNesting})); err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   spec.Args,
-		Env:    spec.Env,
-		Dir:    spec.Dir,
-		Stdin:  stdin,
-		Stdout: stdout,
-		Stderr: stderr,
-		SysProcAttr: &syscall.SysProcAttr{
+	// syscall.ForkExec rather than os/exec: init needs none of its plumbing, and os/exec's first
+	// start forks an extra probe process.
+	pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
+		Sys: &syscall.SysProcAttr{
 			Setsid:    true,
 			Setctty:   spec.TTY,
 			Ctty:      0,
 			Pdeathsig: syscall.SIGKILL,
 		},
+	})
+	if err != nil {
+		return 0, nil, execError(spec.Args[0], err)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, execError(spec.Args[0], err)
-	}
-	return cmd, warnings, nil
+	return pid, warnings, nil
 }
 
 // supervise is pid 1's job once the command runs: forward signals to it, reap every orphan that the
@@ -155,10 +157,7 @@ func setup(cfg *initConfig) (*exec.Cmd, []string, error) {
 // It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
 // LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
 // another thread of init would be refused by Landlock's signal scoping.
-func supervise(cmd *exec.Cmd) int {
-	sigs := make(chan os.Signal, 32)
-	signal.Notify(sigs)
-	pid := cmd.Process.Pid
+func supervise(pid int, sigs <-chan os.Signal) int {
 	for {
 		for {
 			var ws unix.WaitStatus
