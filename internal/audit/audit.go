@@ -1,0 +1,38 @@
+// Package audit records every decision cordon's boundary takes (a DNS answer, a connection allowed or
+// denied, a credential used: never its value) as one JSON object per line in the run's directory, so
+// that a user can see afterwards what the agent reached and what it was refused.
+package audit
+
+import (
+	"time"
+)
+
+// Event is one decision. Fields that do not apply stay empty and are omitted from the log.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Kind is what was decided: "dns", "connect", "http", "credential".
+	Kind string `json:"kind"`
+	// Name and Port are what the sandbox asked for (the host name it resolved or named, never an
+	// address it chose).
+	Name string `json:"name,omitempty"`
+	Port uint16 `json:"port,omitempty"`
+	// Decision is "allow" or "deny".
+	Decision string `json:"decision"`
+	// Rule is the policy line that decided ("network.allow[2]: *.github.com:443", "default deny").
+	Rule string `json:"rule,omitempty"`
+	// Reason says why in a few words ("not in network.allow", "SNI does not match the name").
+	Reason string `json:"reason,omitempty"`
+	// Detail carries protocol facts: the DNS query type, the SNI, the HTTP method and path.
+	Detail map[string]string `json:"detail,omitempty"`
+	// BytesOut and BytesIn count what went to and came from the upstream.
+	BytesOut int64 `json:"bytes_out,omitempty"`
+	BytesIn  int64 `json:"bytes_in,omitempty"`
+	// Duration is how long the connection lasted.
+	Duration time.Duration `json:"duration,omitempty"`
+}
+
+// Recorder takes events. Implementations must be safe for concurrent use and must never block the
+// caller for long: the gateway records on its hot path.
+type Recorder interface {
+	Record(Event)
+}
