@@ -47,30 +47,54 @@ func (a *app) cmdRun(args []string) int {
 		a.errorf("%v", err)
 		return exitCordon
 	}
-	store := a.store()
-	meta := runstate.Meta{Project: project, Command: argv}
-	if meta.PID, meta.PIDStart, err = runstate.Self(); err != nil {
+	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
+	if err != nil {
 		a.errorf("run: %v", err)
 		return exitCordon
 	}
-	run, err := store.Create(meta)
+	// Clone init now: its start-up overlaps with preparing the run below. Until Start sends it the
+	// spec it does nothing but wait.
+	backend := &linux.Backend{Warn: a.warn}
+	id := a.identity()
+	launched, err := backend.Launch(linux.LaunchOptions{User: id, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr, TTY: streams.TTY})
 	if err != nil {
+		streams.Close()
+		return a.startError(err, nil)
+	}
+	meta := runstate.Meta{Project: project, Command: argv}
+	run, err := a.createRun(meta)
+	if err != nil {
+		launched.Abort()
+		streams.Close()
 		a.errorf("run: creating the run's state: %v", err)
 		return exitCordon
 	}
-	spec, err := a.buildSpec(pol, project, argv, run)
+	backend.RunName = "cordon-" + run.Meta.ID
+	spec, err := a.buildSpec(pol, project, argv, run, id)
 	if err != nil {
+		launched.Abort()
+		streams.Close()
 		a.dropRun(run)
 		a.errorf("run: %v", err)
 		return exitCordon
 	}
-	code, started := a.runSpec(spec, run)
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
+	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
+	code, started := a.runSpec(spec, run, backend, launched, streams)
 	if !started {
 		a.dropRun(run)
 		return code
 	}
 	a.finishRun(run, code)
 	return code
+}
+
+func (a *app) createRun(meta runstate.Meta) (*runstate.Run, error) {
+	var err error
+	if meta.PID, meta.PIDStart, err = runstate.Self(); err != nil {
+		return nil, err
+	}
+	return a.store().Create(meta)
 }
 
 // notice prints the workspace's one-line note (a copy instead of an overlay, no disk limit), if any.
@@ -88,27 +112,17 @@ func (a *app) dropRun(run *runstate.Run) {
 	}
 }
 
-// runSpec starts the sandbox, relays its streams and signals, and returns the exit code and whether
-// the command started at all.
-func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run) (int, bool) {
-	runID := run.Meta.ID
-	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
-	if err != nil {
-		a.errorf("run: %v", err)
-		return exitCordon, false
-	}
-	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
-	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
-
+// runSpec starts the launched sandbox, relays its streams and signals, and returns the exit code and
+// whether the command started at all.
+func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run, backend *linux.Backend, launched *linux.Launched, streams *console.Streams) (int, bool) {
 	// Signals for cordon go to the command; cordon itself ends when the sandbox does.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
-	backend := &linux.Backend{Warn: a.warn, RunName: "cordon-" + runID}
-	sb, err := backend.Start(context.Background(), spec)
+	sb, err := launched.Start(context.Background(), spec)
 	var se *sandbox.SetupError
-	if errors.As(err, &se) && se.Step == linux.StepOverlay && run != nil {
+	if errors.As(err, &se) && se.Step == linux.StepOverlay {
 		// This host cannot mount overlayfs in a user namespace: learn it by trying, then use a copy.
 		if spec.Workspace, err = workspace.FallbackToCopy(run, se.Err); err == nil {
 			a.notice(run)
@@ -148,7 +162,7 @@ func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run) (int, bool) {
 
 func (a *app) startError(err error, spec *sandbox.Spec) int {
 	var ee *sandbox.ExecError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) && spec != nil {
 		if ee.NotFound {
 			a.errorf("%s: command not found inside the sandbox (PATH=%s); if it is installed outside /usr, add its directory to filesystem.readonly in the policy", ee.Path, envValue(spec.Env, "PATH"))
 			return exitNotFound
@@ -252,14 +266,13 @@ func (a *app) identity() sandbox.User {
 }
 
 // buildSpec turns the policy into the sandbox's declarative spec.
-func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run) (*sandbox.Spec, error) {
-	id := a.identity()
+func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User) (*sandbox.Spec, error) {
 	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk)})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}
 	a.notice(run)
-	env, warnings := sandboxenv.Build(a.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: isTerminal(a.stdin)})
+	env, warnings := sandboxenv.Build(a.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: term.IsTerminal(int(a.stdin.Fd()))})
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, w)
 	}
@@ -388,4 +401,3 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

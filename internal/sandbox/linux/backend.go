@@ -47,30 +47,98 @@ func (b *Backend) warn(s string) {
 	}
 }
 
-// Start implements sandbox.Backend.
+// Start implements sandbox.Backend: Launch and Start in one step.
 func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
-	if err := validate(spec); err != nil {
-		return nil, &sandbox.SetupError{Step: "checking the sandbox spec", Err: err}
+	l, err := b.Launch(LaunchOptions{User: spec.User, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY})
+	if err != nil {
+		return nil, err
+	}
+	return l.Start(ctx, spec)
+}
+
+// LaunchOptions is what must be known before init is cloned: who it maps to and its streams.
+type LaunchOptions struct {
+	User                  sandbox.User
+	Stdin, Stdout, Stderr *os.File
+	TTY                   bool
+}
+
+// Launched is an init that was cloned into fresh namespaces and is booting, waiting for its config.
+// Launching first lets init's start-up overlap with the caller's own preparation (run state, the
+// workspace, the spec); it does nothing inside the namespaces until Start sends the spec.
+type Launched struct {
+	b        *Backend
+	exe      string
+	s        *running
+	cfgW     *os.File
+	statR    *os.File
+	user     sandbox.User
+	tty      bool
+	finished bool
+}
+
+// Launch clones init. The caller must call Start or Abort.
+func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
+	if opts.User.UID == 0 {
+		return nil, &sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("the sandbox user must not be root")}
 	}
 	exe := b.Exe
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
+	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY,
+		s: &running{done: make(chan struct{}), warn: b.warn}}
+	if err := l.clone(opts); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Abort ends a launched init that will not be started.
+func (l *Launched) Abort() {
+	if l.finished {
+		return
+	}
+	l.finished = true
+	l.cfgW.Close()
+	l.statR.Close()
+	l.s.Kill()
+	<-l.s.done
+	l.s.cleanup()
+}
+
+// Start sends the spec to the launched init, which builds the boundary and runs the command. The
+// spec's User and TTY must be those given to Launch.
+func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
+	if l.finished {
+		return nil, errors.New("linux: Start after Start or Abort")
+	}
+	fail := func(err error) (sandbox.Sandbox, error) {
+		l.Abort()
+		return nil, err
+	}
+	if err := validate(spec); err != nil {
+		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: err})
+	}
+	if spec.User != l.user || spec.TTY != l.tty {
+		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("user or terminal differs from the launch")})
+	}
 	etc, err := etcEntries(spec)
 	if err != nil {
-		return nil, &sandbox.SetupError{Step: "reading /etc", Err: err}
+		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
 	}
 	cfg := initConfig{Spec: *spec, Etc: etc, LandlockABI: LandlockABI()}
-
-	s := &running{done: make(chan struct{}), timeout: spec.Limits.Timeout, warn: b.warn}
-	if err := b.limits(exe, spec.Limits, s, &cfg); err != nil {
+	l.s.timeout = spec.Limits.Timeout
+	if err := l.b.limits(l.exe, spec.Limits, l.s, &cfg); err != nil {
+		return fail(err)
+	}
+	l.finished = true
+	defer l.statR.Close()
+	if err := l.s.start(&cfg, l.cfgW, l.statR); err != nil {
+		l.s.cleanup()
 		return nil, err
 	}
-	if err := s.start(exe, &cfg); err != nil {
-		s.cleanup()
-		return nil, err
-	}
-	return s, nil
+	return l.s, nil
 }
 
 // limits puts the run in a cgroup of its own when the policy sets memory, pids or CPU limits. What
@@ -154,28 +222,29 @@ type running struct {
 	done     chan struct{}
 }
 
-func (s *running) start(exe string, cfg *initConfig) error {
-	spec := &cfg.Spec
+func (l *Launched) clone(opts LaunchOptions) error {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return &sandbox.SetupError{Step: "creating the config pipe", Err: err}
 	}
 	defer cfgR.Close()
-	defer cfgW.Close()
 	// Status comes back as datagrams on a socket pair, so that init can also hand over the master
 	// side of the pseudo-terminal it created inside the sandbox.
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		cfgW.Close()
 		return &sandbox.SetupError{Step: "creating the status channel", Err: err}
 	}
 	statR, statW := os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status")
-	defer statR.Close()
-	stdin, stdout, stderr := spec.Stdin, spec.Stdout, spec.Stderr
-	if spec.TTY {
+	defer statW.Close()
+	stdin, stdout, stderr := opts.Stdin, opts.Stdout, opts.Stderr
+	if opts.TTY {
 		// The caller's terminal never enters the sandbox: init's own streams are /dev/null and the
 		// command gets a pseudo-terminal of the sandbox's own devpts.
 		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
+			cfgW.Close()
+			statR.Close()
 			return &sandbox.SetupError{Step: "opening /dev/null", Err: err}
 		}
 		defer devnull.Close()
@@ -184,7 +253,7 @@ func (s *running) start(exe string, cfg *initConfig) error {
 
 	hostUID, hostGID := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path:       exe,
+		Path:       l.exe,
 		Args:       []string{InitArg0},
 		Env:        []string{},
 		Stdin:      stdin,
@@ -194,8 +263,8 @@ func (s *running) start(exe string, cfg *initConfig) error {
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: spec.User.UID, HostID: hostUID, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: spec.User.GID, HostID: hostGID, Size: 1}},
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.UID, HostID: hostUID, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.GID, HostID: hostGID, Size: 1}},
 			GidMappingsEnableSetgroups: false,
 			AmbientCaps:                initCaps,
 			// If cordon dies by any means, the kernel kills init, and with pid 1 gone every process
@@ -205,13 +274,20 @@ func (s *running) start(exe string, cfg *initConfig) error {
 		},
 	}
 	if err := cmd.Start(); err != nil {
-		statW.Close()
+		cfgW.Close()
+		statR.Close()
 		return &sandbox.SetupError{Step: "creating the namespaces", Err: fmt.Errorf("%w (does this kernel allow user namespaces? see `cordon doctor`)", err)}
 	}
-	statW.Close()
-	s.cmd = cmd
-	go s.wait()
+	l.s.cmd = cmd
+	l.cfgW, l.statR = cfgW, statR
+	go l.s.wait()
+	return nil
+}
 
+// start places init in the run's cgroup, sends it the config and waits for its verdict.
+func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
+	spec := &cfg.Spec
+	cmd := s.cmd
 	if s.cgroup != nil {
 		if err := s.cgroup.Add(cmd.Process.Pid); err != nil {
 			s.Kill()
@@ -219,12 +295,13 @@ func (s *running) start(exe string, cfg *initConfig) error {
 			return &sandbox.SetupError{Step: "joining the run's cgroup", Err: err}
 		}
 	}
-	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
+	err := json.NewEncoder(cfgW).Encode(cfg)
+	cfgW.Close()
+	if err != nil {
 		s.Kill()
 		<-s.done
 		return &sandbox.SetupError{Step: "sending the sandbox config", Err: err}
 	}
-	cfgW.Close()
 
 	st, err := s.readStatus(statR)
 	switch {
