@@ -400,4 +400,3 @@ func envValue(env []string, key string) string {
 	}
 	return ""
 }
-
