@@ -94,6 +94,13 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 	return l, nil
 }
 
+// NetNS is the path of the sandbox's network namespace, valid from Launch until the sandbox ends: the
+// gateway creates its listening sockets in it and installs its nftables rules there before Start, so
+// that the command never runs a moment without them.
+func (l *Launched) NetNS() string {
+	return fmt.Sprintf("/proc/%d/ns/net", l.s.cmd.Process.Pid)
+}
+
 // Abort ends a launched init that will not be started.
 func (l *Launched) Abort() {
 	if l.finished {

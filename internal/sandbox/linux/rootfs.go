@@ -322,53 +322,46 @@ func mountOverlay(lower, upper, work, dst string) error {
 // maskPaths hides each path behind an empty read-only file or directory. The path is resolved inside
 // the new root without following a final symlink, so a planted link cannot redirect the mask.
 func maskPaths(paths []string) error {
-	for _, p := range paths {
-		dst := inRoot(p)
-		fi, err := os.Lstat(dst)
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
+	return forExisting(paths, "mask", func(p, dst string, fi os.FileInfo) error {
 		switch {
 		case fi.IsDir():
-			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k"); err != nil {
-				return fmt.Errorf("mask %s: %w", p, err)
-			}
+			return unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k")
 		case fi.Mode().IsRegular():
 			if err := unix.Mount(emptyFile, dst, "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("mask %s: %w", p, err)
+				return err
 			}
-			if err := unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}); err != nil {
-				return fmt.Errorf("mask %s: %w", p, err)
-			}
+			return unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC})
 		default:
 			// A symlink or special file: not followed; cordon's policy layer never hands these over.
-			return fmt.Errorf("mask %s: not a regular file or directory", p)
+			return errors.New("not a regular file or directory")
 		}
-	}
-	return nil
+	})
 }
 
+// readOnlyPaths binds each path over itself read-only (recursively).
 func readOnlyPaths(paths []string) error {
+	return forExisting(paths, "read-only", func(p, dst string, fi os.FileInfo) error {
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return errors.New("is a symlink")
+		}
+		return bindMount(dst, dst, false)
+	})
+}
+
+// forExisting calls fn for each path that exists in the new root (not following a final symlink),
+// naming the path and what was being done in any error.
+func forExisting(paths []string, what string, fn func(p, dst string, fi os.FileInfo) error) error {
 	for _, p := range paths {
 		dst := inRoot(p)
 		fi, err := os.Lstat(dst)
 		if os.IsNotExist(err) {
 			continue
 		}
+		if err == nil {
+			err = fn(p, dst, fi)
+		}
 		if err != nil {
-			return err
-		}
-		if fi.Mode()&os.ModeSymlink != 0 {
-			return fmt.Errorf("read-only %s: is a symlink", p)
-		}
-		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("read-only %s: %w", p, err)
-		}
-		if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
-			return fmt.Errorf("read-only %s: %w", p, err)
+			return fmt.Errorf("%s %s: %w", what, p, err)
 		}
 	}
 	return nil
