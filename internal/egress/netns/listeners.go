@@ -1,0 +1,182 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// listenBacklog is the accept queue asked for; the kernel caps it at the namespace's somaxconn. The
+// gateway must absorb bursts of thousands of new connections, so ask for plenty.
+const listenBacklog = 4096
+
+// Set holds the gateway's sockets inside one sandbox's network namespace. Each slice has the
+// 127.0.0.1 socket first and the ::1 one second when the namespace has IPv6 loopback. They are
+// ordinary net.Listener and net.PacketConn values: the namespace is a property of the socket, so they
+// work from any goroutine on any thread.
+type Set struct {
+	// Transparent receives the TCP connections nftables redirects; see OrigDst.
+	Transparent []net.Listener
+	// Proxy is the explicit HTTP/HTTPS proxy.
+	Proxy []net.Listener
+	// DNSTCP and DNSUDP receive DNS queries over TCP and UDP.
+	DNSTCP []net.Listener
+	DNSUDP []net.PacketConn
+}
+
+// Close closes every socket in the set, so that nothing of the gateway is left listening inside the
+// sandbox.
+func (s *Set) Close() error {
+	var errs []error
+	for _, group := range [][]net.Listener{s.Transparent, s.Proxy, s.DNSTCP} {
+		for _, l := range group {
+			errs = append(errs, l.Close())
+		}
+	}
+	for _, c := range s.DNSUDP {
+		errs = append(errs, c.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("netns: close listeners: %w", err)
+	}
+	return nil
+}
+
+// socketSpec is one socket Listeners creates.
+type socketSpec struct {
+	udp  bool
+	port uint16
+	role *[]net.Listener // nil for the UDP socket
+}
+
+// Listeners creates, inside the network namespace at nsPath (/proc/<pid>/ns/net of the sandbox's
+// init, say), the gateway's sockets: TCP listeners for the transparent path and the explicit proxy,
+// and TCP and UDP sockets for DNS, on 127.0.0.1 and, if the namespace has IPv6 loopback, on ::1. Only
+// the socket calls run inside the namespace, on a locked OS thread that enters it with setns and is
+// verified to have returned (or is discarded). Loopback must be up in the namespace.
+//
+// The sockets do not set SO_REUSEADDR or SO_REUSEPORT, so nothing in the sandbox can bind the same
+// address and port beside them.
+func Listeners(nsPath string, ports Ports) (*Set, error) {
+	if err := ports.validate(); err != nil {
+		return nil, err
+	}
+	nsFD, err := openNetNS(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = unix.Close(nsFD) }()
+
+	set := &Set{}
+	specs := []socketSpec{
+		{port: ports.Transparent, role: &set.Transparent},
+		{port: ports.Proxy, role: &set.Proxy},
+		{port: ports.DNS, role: &set.DNSTCP},
+		{port: ports.DNS, udp: true},
+	}
+	type made struct {
+		spec socketSpec
+		fd   int
+		addr netip.Addr
+	}
+	var fds []made
+	closeFDs := func() {
+		for _, m := range fds {
+			_ = unix.Close(m.fd)
+		}
+	}
+	err = inNetNS(nsFD, func() error {
+		for _, addr := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
+			var family []made
+			for _, spec := range specs {
+				fd, err := loopbackSocket(addr, spec.port, spec.udp)
+				if addr.Is6() && len(family) == 0 && (errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL)) {
+					// No IPv6 in this namespace, or no ::1 on lo: the sandbox cannot reach ::1 either.
+					break
+				}
+				if err != nil {
+					for _, m := range family {
+						_ = unix.Close(m.fd)
+					}
+					return err
+				}
+				family = append(family, made{spec, fd, addr})
+			}
+			fds = append(fds, family...)
+		}
+		return nil
+	})
+	if err != nil {
+		closeFDs()
+		return nil, fmt.Errorf("netns: listeners in %s: %w", nsPath, err)
+	}
+
+	// Wrap the raw sockets outside the namespace: net.FileListener duplicates the descriptor and hands it
+	// to the runtime's poller; the namespace travels with the socket.
+	for i, m := range fds {
+		f := os.NewFile(uintptr(m.fd), fmt.Sprintf("cordon-gateway-%s", netip.AddrPortFrom(m.addr, m.spec.port)))
+		var err error
+		if m.spec.udp {
+			var c net.PacketConn
+			if c, err = net.FilePacketConn(f); err == nil {
+				set.DNSUDP = append(set.DNSUDP, c)
+			}
+		} else {
+			var l net.Listener
+			if l, err = net.FileListener(f); err == nil {
+				*m.spec.role = append(*m.spec.role, l)
+			}
+		}
+		_ = f.Close()
+		if err != nil {
+			for _, rest := range fds[i+1:] {
+				_ = unix.Close(rest.fd)
+			}
+			_ = set.Close()
+			return nil, fmt.Errorf("netns: wrap socket %s: %w", netip.AddrPortFrom(m.addr, m.spec.port), err)
+		}
+	}
+	return set, nil
+}
+
+// loopbackSocket creates a socket bound to addr:port (listening, for TCP) in the calling thread's
+// network namespace, using raw system calls so that nothing can move the work to another thread.
+func loopbackSocket(addr netip.Addr, port uint16, udp bool) (int, error) {
+	family, typ := unix.AF_INET, unix.SOCK_STREAM
+	if addr.Is6() {
+		family = unix.AF_INET6
+	}
+	if udp {
+		typ = unix.SOCK_DGRAM
+	}
+	fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket for %s: %w", netip.AddrPortFrom(addr, port), err)
+	}
+	var sa unix.Sockaddr
+	if addr.Is6() {
+		// Never dual-stack: the IPv4 socket is separate, and OrigDst picks the option by family.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("IPV6_V6ONLY on %s: %w", netip.AddrPortFrom(addr, port), err)
+		}
+		sa = &unix.SockaddrInet6{Port: int(port), Addr: addr.As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Port: int(port), Addr: addr.As4()}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		_ = unix.Close(fd)
+		return -1, fmt.Errorf("bind %s (is loopback up?): %w", netip.AddrPortFrom(addr, port), err)
+	}
+	if !udp {
+		if err := unix.Listen(fd, listenBacklog); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("listen on %s: %w", netip.AddrPortFrom(addr, port), err)
+		}
+	}
+	return fd, nil
+}

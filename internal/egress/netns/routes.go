@@ -1,0 +1,85 @@
+package netns
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// loopbackIndex is the interface index of lo, the same in every network namespace (LOOPBACK_IFINDEX in
+// the kernel since Linux 3.13).
+const loopbackIndex = 1
+
+// routeThroughLoopback brings lo up and makes lo the default route for IPv4 and IPv6 in the namespace.
+// A namespace with loopback only has no route to 198.18.0.5, so connect() would fail with ENETUNREACH
+// before the packet reached nftables; with these routes every packet leaves its socket, passes the
+// output hook (where the rules redirect or drop it), and can only ever arrive back on lo. The routes
+// lead nowhere by themselves: a packet that were not redirected is dropped by the filter chain, and
+// even without it, lo only delivers to this namespace.
+//
+// It runs after the rules are verified, so that an install that fails leaves the namespace without
+// routes (every outside connect fails at once). A namespace without IPv6 (disabled, or no ::1) gets no
+// IPv6 route; IPv6 connects then fail with ENETUNREACH, which is closed too.
+func routeThroughLoopback(nsFD int) error {
+	conn, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: nsFD})
+	if err != nil {
+		return fmt.Errorf("rtnetlink: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+
+	// ifinfomsg: family, pad, type, index, flags, change.
+	link := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(link[4:], loopbackIndex)
+	binary.NativeEndian.PutUint32(link[8:], unix.IFF_UP)
+	binary.NativeEndian.PutUint32(link[12:], unix.IFF_UP)
+	if _, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_NEWLINK, Flags: netlink.Request | netlink.Acknowledge},
+		Data:   link,
+	}); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
+
+	// IPv4 needs the source address named: 127.0.0.1 has host scope, so the kernel would not pick it
+	// for a link-scope route on its own, and the connection would leave with no source at all.
+	if err := defaultRoute(conn, unix.AF_INET, unix.RT_SCOPE_LINK, []byte{127, 0, 0, 1}); err != nil {
+		return fmt.Errorf("IPv4 default route via lo: %w", err)
+	}
+	if err := defaultRoute(conn, unix.AF_INET6, unix.RT_SCOPE_UNIVERSE, nil); err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL) {
+			return nil // IPv6 is off in this namespace
+		}
+		return fmt.Errorf("IPv6 default route via lo: %w", err)
+	}
+	return nil
+}
+
+// defaultRoute adds (or replaces) "default dev lo [src prefsrc]" for one family in the main table.
+func defaultRoute(conn *netlink.Conn, family byte, scope byte, prefsrc []byte) error {
+	// rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+	rt := make([]byte, unix.SizeofRtMsg)
+	rt[0] = family
+	rt[4] = unix.RT_TABLE_MAIN
+	rt[5] = unix.RTPROT_STATIC
+	rt[6] = scope
+	rt[7] = unix.RTN_UNICAST
+	ae := netlink.NewAttributeEncoder()
+	ae.Uint32(unix.RTA_OIF, loopbackIndex)
+	if prefsrc != nil {
+		ae.Bytes(unix.RTA_PREFSRC, prefsrc)
+	}
+	attrs, err := ae.Encode()
+	if err != nil {
+		return fmt.Errorf("encode route: %w", err)
+	}
+	_, err = conn.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  unix.RTM_NEWROUTE,
+			Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Replace,
+		},
+		Data: append(rt, attrs...),
+	})
+	return err
+}

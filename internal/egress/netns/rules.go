@@ -1,0 +1,281 @@
+package netns
+
+import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the nftables table (family inet) that Install owns in the sandbox's namespace; it is
+// exported so that diagnostics (`cordon doctor`, a test) can name it.
+const TableName = "cordon"
+
+// Chain names inside TableName.
+const (
+	chainNATOutput    = "nat-output"
+	chainFilterOutput = "filter-output"
+	chainFilterInput  = "filter-input"
+	chainForward      = "filter-forward"
+)
+
+// dnsPort is where DNS goes, whatever the address: the sandbox may have its own idea of a resolver.
+const dnsPort = 53
+
+// Install programs the sandbox's network namespace at nsPath so that the gateway sees all of its
+// traffic: nftables (family inet, table "cordon", written over netlink in one atomic batch) redirects
+// every TCP connection to ports.Transparent and every DNS query (UDP or TCP to port 53) to ports.DNS,
+// and drops everything else that leaves a socket: other UDP, ICMP, raw IP, either family. It then reads
+// the ruleset back and compares it with what it wrote, and only then adds default routes through
+// loopback (without a route, connect() to an outside address fails before nftables ever sees it).
+//
+// Install replaces the table each time, so calling it again is harmless. Any error means the namespace
+// must be considered unprotected: the caller must not start the agent.
+func Install(nsPath string, ports Ports) error {
+	if err := ports.validate(); err != nil {
+		return err
+	}
+	nsFD, err := openNetNS(nsPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(nsFD) }()
+
+	if err := installRules(nsFD, ports); err != nil {
+		return fmt.Errorf("netns: install rules in %s: %w", nsPath, err)
+	}
+	if err := routeThroughLoopback(nsFD); err != nil {
+		return fmt.Errorf("netns: routes in %s: %w", nsPath, err)
+	}
+	return nil
+}
+
+// installRules writes the ruleset in one batch and verifies it.
+func installRules(nsFD int, ports Ports) error {
+	conn, err := nftables.New(nftables.WithNetNSFd(nsFD), nftables.AsLasting())
+	if err != nil {
+		return fmt.Errorf("netlink to nf_tables: %w", err)
+	}
+	defer func() { _ = conn.CloseLasting() }()
+
+	rs := ruleset(ports)
+	// Add, delete, add: the table exists after the first message whether or not it existed before, so
+	// the delete cannot fail, and the whole replacement commits as one transaction or not at all.
+	conn.AddTable(rs.table)
+	conn.DelTable(rs.table)
+	conn.AddTable(rs.table)
+	for _, c := range rs.chains {
+		conn.AddChain(c.chain)
+		for _, exprs := range c.rules {
+			conn.AddRule(&nftables.Rule{Table: rs.table, Chain: c.chain, Exprs: exprs})
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := verifyRules(conn, rs); err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	return nil
+}
+
+// wantRuleset is the table Install writes, as data, so that the verification compares against the
+// same thing that was written.
+type wantRuleset struct {
+	table  *nftables.Table
+	chains []wantChain
+}
+
+type wantChain struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
+}
+
+func ruleset(p Ports) wantRuleset {
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	accept, drop := nftables.ChainPolicyAccept, nftables.ChainPolicyDrop
+
+	// nat output: decide where each new connection really goes. Replies never pass NAT chains.
+	// Loopback stays loopback: it only reaches sockets of the sandbox's own namespace (the agent's test
+	// servers, and the gateway's own listeners, the explicit proxy above all), so it is no way out. A
+	// direct connection to the transparent port shows itself to the gateway as such and is refused.
+	// DNS comes first: any resolver address, loopback ones such as 127.0.0.53 included, is the gateway.
+	nat := [][]expr.Any{
+		cat(l4(unix.IPPROTO_UDP), dport(dnsPort), redirect(p.DNS)),
+		cat(l4(unix.IPPROTO_TCP), dport(dnsPort), redirect(p.DNS)),
+	}
+	for _, fam := range families() {
+		nat = append(nat, cat(fam.loopback(), verdict(expr.VerdictAccept)))
+	}
+	nat = append(nat, cat(l4(unix.IPPROTO_TCP), redirect(p.Transparent)))
+
+	// filter output: after NAT, the only new traffic allowed is TCP and UDP on loopback (where every
+	// redirected connection now points). ICMP and raw IP stay dropped, even on loopback.
+	filter := [][]expr.Any{ctEstablished()}
+	for _, fam := range families() {
+		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+			filter = append(filter, cat(oifLoopback(), fam.loopback(), l4(proto), verdict(expr.VerdictAccept)))
+		}
+	}
+
+	return wantRuleset{table: table, chains: []wantChain{
+		{chain: &nftables.Chain{Name: chainNATOutput, Table: table, Type: nftables.ChainTypeNAT,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest, Policy: &accept}, rules: nat},
+		{chain: &nftables.Chain{Name: chainFilterOutput, Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}, rules: filter},
+		{chain: &nftables.Chain{Name: chainFilterInput, Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop},
+			rules: [][]expr.Any{cat(iifLoopback(), verdict(expr.VerdictAccept))}},
+		// Nothing is ever forwarded: there is no other interface, and if one appears it stays shut.
+		{chain: &nftables.Chain{Name: chainForward, Table: table, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop}},
+	}}
+}
+
+// verifyRules reads the table back from the kernel and requires every chain to have the hook, type,
+// priority, policy and exact rules that were written, so that a partial or altered install is an error.
+func verifyRules(conn *nftables.Conn, want wantRuleset) error {
+	chains, err := conn.ListChainsOfTableFamily(want.table.Family)
+	if err != nil {
+		return fmt.Errorf("list chains: %w", err)
+	}
+	got := map[string]*nftables.Chain{}
+	for _, c := range chains {
+		if c.Table != nil && c.Table.Name == want.table.Name {
+			got[c.Name] = c
+		}
+	}
+	if len(got) != len(want.chains) {
+		return fmt.Errorf("table %s has %d chains, want %d", want.table.Name, len(got), len(want.chains))
+	}
+	for _, w := range want.chains {
+		g := got[w.chain.Name]
+		switch {
+		case g == nil:
+			return fmt.Errorf("chain %s missing", w.chain.Name)
+		case g.Type != w.chain.Type:
+			return fmt.Errorf("chain %s has type %q, want %q", w.chain.Name, g.Type, w.chain.Type)
+		case g.Hooknum == nil || *g.Hooknum != *w.chain.Hooknum:
+			return fmt.Errorf("chain %s is on the wrong hook", w.chain.Name)
+		case g.Priority == nil || *g.Priority != *w.chain.Priority:
+			return fmt.Errorf("chain %s has the wrong priority", w.chain.Name)
+		case g.Policy == nil || *g.Policy != *w.chain.Policy:
+			return fmt.Errorf("chain %s has the wrong policy", w.chain.Name)
+		}
+		rules, err := conn.GetRules(want.table, w.chain)
+		if err != nil {
+			return fmt.Errorf("list rules of %s: %w", w.chain.Name, err)
+		}
+		if len(rules) != len(w.rules) {
+			return fmt.Errorf("chain %s has %d rules, want %d", w.chain.Name, len(rules), len(w.rules))
+		}
+		for i, r := range rules {
+			if !reflect.DeepEqual(r.Exprs, w.rules[i]) {
+				return fmt.Errorf("chain %s rule %d reads back as %v, want %v", w.chain.Name, i, describe(r.Exprs), describe(w.rules[i]))
+			}
+		}
+	}
+	return nil
+}
+
+// describe prints expressions for an error message.
+func describe(exprs []expr.Any) string {
+	s := "["
+	for i, e := range exprs {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%T%+v", e, e)
+	}
+	return s + "]"
+}
+
+// family matches one IP version's loopback destinations.
+type family struct {
+	nfproto byte
+	offset  uint32 // of the destination address in the network header
+	prefix  []byte // the loopback prefix: 127/8, or all of ::1
+}
+
+// families lists IPv4 and IPv6 (a function, so that no rule data is shared mutable state).
+func families() []family {
+	return []family{
+		{unix.NFPROTO_IPV4, 16, []byte{127}},
+		{unix.NFPROTO_IPV6, 24, []byte{15: 1}},
+	}
+}
+
+// loopback is "meta nfproto ipvN ip daddr 127.0.0.0/8" or "... ip6 daddr ::1".
+func (f family) loopback() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.nfproto}},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.offset, Len: uint32(len(f.prefix))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: f.prefix},
+	}
+}
+
+// l4 is "meta l4proto <proto>", which sees past IPv6 extension headers.
+func l4(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+}
+
+// dport is "th dport <port>"; only valid after l4 has matched TCP or UDP.
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+// redirect is "redirect to :<port>": the destination becomes the loopback address of the packet's
+// family (127.0.0.1 or ::1) and port, and conntrack remembers the original for OrigDst.
+func redirect(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+	}
+}
+
+// ctEstablished is "ct state established,related accept": replies to connections the rules let
+// through (the gateway's side of them included), and ICMP errors about them.
+func ctEstablished() []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}
+}
+
+// oifLoopback and iifLoopback are "meta oifname/iifname lo".
+func oifLoopback() []expr.Any { return ifname(expr.MetaKeyOIFNAME) }
+func iifLoopback() []expr.Any { return ifname(expr.MetaKeyIIFNAME) }
+
+func ifname(key expr.MetaKey) []expr.Any {
+	name := make([]byte, unix.IFNAMSIZ)
+	copy(name, "lo")
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
