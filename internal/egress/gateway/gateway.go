@@ -1,0 +1,198 @@
+// Package gateway assembles cordon's egress gateway for one sandbox: it creates the listening sockets
+// inside the sandbox's network namespace, installs the nftables rules that send every TCP connection
+// and DNS query there, and serves them from outside with the DNS server and the transparent and
+// explicit proxies, recording every decision in the run's audit log. It is the only piece that knows
+// all the others; each of them is usable and tested on its own.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress"
+	"github.com/cordon-sandbox/cordon/internal/egress/dns"
+	"github.com/cordon-sandbox/cordon/internal/egress/names"
+	"github.com/cordon-sandbox/cordon/internal/egress/netns"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+)
+
+// ports are where the gateway listens inside the sandbox. DNS is on 53 because resolvers assume it;
+// the others are conventional and only ever seen on the sandbox's own loopback.
+func ports() netns.Ports { return netns.Ports{Transparent: 15001, Proxy: 3128, DNS: 53} }
+
+// Config is what one sandbox's gateway needs.
+type Config struct {
+	// NetNS is the path of the sandbox's network namespace (/proc/PID/ns/net).
+	NetNS string
+	// Network is the policy's network section; it must not be nil (no section means no gateway).
+	Network *policy.Network
+	// Presets expands network.presets; nil refuses any preset.
+	Presets policy.PresetSource
+	// Hostname is the sandbox's host name, which its DNS answers with loopback.
+	Hostname string
+	// AuditPath is the run's audit log (JSON lines).
+	AuditPath string
+	// Notify receives one line per refused host, for the user's terminal. It must not block.
+	Notify func(line string)
+	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver.
+	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Gateway is a running gateway.
+type Gateway struct {
+	log     *audit.Log
+	sockets *netns.Set
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu   sync.Mutex
+	errs []error
+}
+
+// Start sets the gateway up and serves it until Close. On any error nothing is left listening and the
+// caller must not start the sandbox's command: egress without the gateway's rules would be unguarded.
+func Start(cfg Config) (*Gateway, error) {
+	if cfg.Network == nil {
+		return nil, errors.New("gateway: no network policy")
+	}
+	matcher, err := cfg.Network.Matcher(cfg.Presets)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: network policy: %w", err)
+	}
+	mapper, err := names.New()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	log, err := audit.NewLog(cfg.AuditPath)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: audit log: %w", err)
+	}
+	sockets, err := netns.Listeners(cfg.NetNS, ports())
+	if err != nil {
+		log.Close()
+		return nil, fmt.Errorf("gateway: listening inside the sandbox: %w", err)
+	}
+	if err := netns.Install(cfg.NetNS, ports()); err != nil {
+		sockets.Close()
+		log.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	lookup := cfg.LookupNetIP
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if len(cfg.Network.DNS.Upstream) > 0 {
+		lookup = upstreamResolver(cfg.Network.DNS.Upstream)
+	}
+	notify := func(d egress.Decision, name string, port uint16) {
+		if cfg.Notify == nil {
+			return
+		}
+		line := fmt.Sprintf("blocked %s:%d (%s)", name, port, d.Reason)
+		if d.Fix != "" {
+			line += " — to allow: " + d.Fix
+		}
+		cfg.Notify(line)
+	}
+	px, err := proxy.New(proxy.Config{
+		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
+		OrigDst: netns.OrigDst, Notify: notify,
+	})
+	if err != nil {
+		sockets.Close()
+		log.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	dnsServer, err := dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname})
+	if err != nil {
+		sockets.Close()
+		log.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &Gateway{log: log, sockets: sockets, cancel: cancel}
+	for _, ln := range sockets.Transparent {
+		g.serve(func() error { return px.Transparent(ctx, ln) })
+	}
+	for _, ln := range sockets.Proxy {
+		g.serve(func() error { return px.Explicit(ctx, ln) })
+	}
+	for i, pc := range sockets.DNSUDP {
+		var l net.Listener
+		if i < len(sockets.DNSTCP) {
+			l = sockets.DNSTCP[i]
+		}
+		g.serve(func() error { return dnsServer.Serve(ctx, pc, l) })
+	}
+	return g, nil
+}
+
+// serve runs one server; an error from it is kept for Close. A server that stops closes its sockets,
+// so that part of egress stops with it: the gateway fails closed.
+func (g *Gateway) serve(fn func() error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := fn(); err != nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, err)
+			g.mu.Unlock()
+		}
+	}()
+}
+
+// ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
+func (g *Gateway) ResolvConf() string {
+	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
+}
+
+// Env is what the sandbox's environment needs for tools that want an explicit proxy. Tools that
+// ignore it are covered anyway: their connections are redirected.
+func (g *Gateway) Env() []string {
+	p := fmt.Sprintf("http://127.0.0.1:%d", ports().Proxy)
+	noProxy := "localhost,127.0.0.1,::1"
+	return []string{
+		"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+	}
+}
+
+// Close stops serving, closes every socket and the audit log, and returns the run's summary.
+func (g *Gateway) Close() (audit.Summary, error) {
+	g.cancel()
+	g.sockets.Close()
+	g.wg.Wait()
+	sum := g.log.Summary()
+	err := g.log.Close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return sum, errors.Join(append(g.errs, err)...)
+}
+
+// upstreamResolver resolves through the DNS servers that network.dns.upstream names, instead of the
+// host's resolver.
+func upstreamResolver(servers []netip.AddrPort) func(ctx context.Context, host string) ([]netip.Addr, error) {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		var err error
+		for _, s := range servers {
+			var c net.Conn
+			if c, err = d.DialContext(ctx, network, s.String()); err == nil {
+				return c, nil
+			}
+		}
+		return nil, err
+	}}
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return r.LookupNetIP(ctx, "ip", host)
+	}
+}

@@ -1,0 +1,211 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress"
+)
+
+// benchGateway is a gateway with nothing but what the hot path needs: a policy that allows one name
+// pinned to loopback, a one-entry name map, a recorder that counts. It returns the transparent
+// listener's address and the mapped destination's port (the upstream's).
+type benchPolicy struct{}
+
+func (benchPolicy) Decide(host string, port uint16) egress.Decision {
+	return egress.Decision{Allow: true, Rule: "bench", Upstream: loopback}
+}
+func (benchPolicy) Known(string) bool { return true }
+
+type benchNames struct{ addr netip.Addr }
+
+func (n benchNames) Assign(string) (netip.Addr, netip.Addr, error) { return n.addr, netip.Addr{}, nil }
+func (n benchNames) Lookup(a netip.Addr) (string, bool)            { return "bench.test", a == n.addr }
+
+type countRecorder struct{ n atomic.Int64 }
+
+func (r *countRecorder) Record(audit.Event) { r.n.Add(1) }
+
+func benchGateway(b *testing.B, upstreamPort uint16) string {
+	b.Helper()
+	mapped := netip.MustParseAddr("10.88.0.1")
+	g, err := New(Config{
+		Policy:      benchPolicy{},
+		Names:       benchNames{mapped},
+		Recorder:    &countRecorder{},
+		LookupNetIP: func(context.Context, string) ([]netip.Addr, error) { return nil, nil },
+		OrigDst: func(net.Conn) (netip.AddrPort, error) {
+			return netip.AddrPortFrom(mapped, upstreamPort), nil
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln := served(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Transparent(ctx, ln)
+	}()
+	b.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
+}
+
+// sourceServer sends each client as many bytes as the 8-byte big-endian count it asks for.
+func sourceServer(b *testing.B) uint16 {
+	b.Helper()
+	ln := listen(b)
+	chunk := make([]byte, 1<<20)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var n [8]byte
+				if _, err := io.ReadFull(c, n[:]); err != nil {
+					return
+				}
+				left := int64(binary.BigEndian.Uint64(n[:]))
+				for left > 0 {
+					k, err := c.Write(chunk[:min(left, int64(len(chunk)))])
+					if err != nil {
+						return
+					}
+					left -= int64(k)
+				}
+			}()
+		}
+	}()
+	return portOf(ln.Addr())
+}
+
+// download asks addr for size bytes and reads them all, returning how long it took.
+func download(b *testing.B, addr string, size int64, buf []byte) time.Duration {
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(binary.BigEndian.AppendUint64(nil, uint64(size))); err != nil {
+		b.Fatal(err)
+	}
+	var got int64
+	for got < size {
+		n, err := c.Read(buf)
+		got += int64(n)
+		if err != nil {
+			b.Fatalf("after %d of %d bytes: %v", got, size, err)
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkRelay downloads 256 MiB from a loopback upstream, directly and through the transparent
+// path, in each iteration, and reports both throughputs and their ratio (the target is at
+// least 0.8 of direct).
+func BenchmarkRelay(b *testing.B) {
+	const size = 256 << 20
+	port := sourceServer(b)
+	direct := netip.AddrPortFrom(loopback, port).String()
+	via := benchGateway(b, port)
+	buf := make([]byte, 256<<10)
+	download(b, via, 1<<20, buf) // warm up
+	var dDirect, dVia time.Duration
+	for b.Loop() {
+		dDirect += download(b, direct, size, buf)
+		dVia += download(b, via, size, buf)
+	}
+	mb := float64(size) / (1 << 20) * float64(b.N)
+	b.ReportMetric(mb/dDirect.Seconds(), "direct-MiB/s")
+	b.ReportMetric(mb/dVia.Seconds(), "gateway-MiB/s")
+	b.ReportMetric(dDirect.Seconds()/dVia.Seconds(), "x-of-direct")
+}
+
+// echoOnce answers each connection's 5 bytes and closes.
+func echoServer(b *testing.B) uint16 {
+	b.Helper()
+	ln := listen(b)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 5)
+				if _, err := io.ReadFull(c, buf); err == nil {
+					_, _ = c.Write(buf)
+				}
+			}()
+		}
+	}()
+	return portOf(ln.Addr())
+}
+
+func exchange(b *testing.B, addr string) time.Duration {
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Write([]byte("\x00ping")); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	c.Close()
+	return d
+}
+
+// BenchmarkConnect opens new connections (connect, 5 bytes each way, close) through the transparent
+// path, 8 at a time, and reports connections per second and the median latency added over the same
+// exchange made directly (measured one at a time, interleaved, so both see the same machine).
+func BenchmarkConnect(b *testing.B) {
+	port := echoServer(b)
+	direct := netip.AddrPortFrom(loopback, port).String()
+	via := benchGateway(b, port)
+	var direct50, via50 []time.Duration
+	for range 300 {
+		direct50 = append(direct50, exchange(b, direct))
+		via50 = append(via50, exchange(b, via))
+	}
+	slices.Sort(direct50)
+	slices.Sort(via50)
+
+	b.ResetTimer()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				exchange(b, via)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.ReportMetric(float64(b.N)/el.Seconds(), "conns/s")
+	b.ReportMetric(float64(via50[len(via50)/2].Microseconds()), "p50-gateway-µs")
+	b.ReportMetric(float64(direct50[len(direct50)/2].Microseconds()), "p50-direct-µs")
+	b.ReportMetric(float64((via50[len(via50)/2] - direct50[len(direct50)/2]).Microseconds()), "p50-added-µs")
+}

@@ -1,0 +1,236 @@
+// Package proxy holds the connection handlers of cordon's egress gateway: the transparent handler,
+// which takes every TCP connection the sandbox makes (nftables redirects them to its listener), and
+// the explicit HTTP/1.1 forward proxy for tools that want one. Both serve listeners they are given
+// (created inside the sandbox's network namespace, served from outside it), so this package never
+// creates a socket the sandbox could reach by other means.
+//
+// For every connection the handlers work out the one name it is for, and require every place that
+// names it to agree: the address the sandbox's DNS handed out (egress.Names), the CONNECT target, the
+// TLS SNI, the HTTP Host header and request URI. A connection that cannot be checked (ECH, an IP
+// address, a malformed ClientHello or request) is refused, not guessed at. Only then is the policy
+// asked, and on "allow" the gateway dials the real host itself, never an address the sandbox chose,
+// and refuses addresses that would reach this host or its network (loopback, link-local such as the
+// cloud metadata service, private ranges, this host's own addresses) unless the policy pins the name
+// there. Every connection ends as exactly one audit.Event.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress"
+)
+
+// Defaults for the Config fields left zero.
+const (
+	// DefaultSniffTimeout is how long a connection to a denied name may stay silent before the gateway
+	// resets it: waiting for its first bytes is only needed to answer HTTP with a readable 403.
+	DefaultSniffTimeout = 2 * time.Second
+	// DefaultHeaderTimeout bounds the time a client takes to finish a ClientHello or an HTTP request
+	// head it has started, so a slow client cannot hold a check open forever.
+	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultDialTimeout bounds resolving and connecting to an upstream.
+	DefaultDialTimeout = 10 * time.Second
+	// localAddrsTTL is how long the list of this host's own addresses is reused.
+	localAddrsTTL = 5 * time.Second
+	// maxNotified bounds the set of hosts already reported through Notify; past it the gateway stays
+	// quiet rather than grow without bound for an agent that scans addresses.
+	maxNotified = 4096
+	// maxHello bounds a TLS ClientHello (records included).
+	maxHello = 64 << 10
+	// sniffBuffer is the read buffer of a connection while its first bytes are classified.
+	sniffBuffer = 4 << 10
+)
+
+// Config is what the gateway's handlers are given. Policy, Recorder and LookupNetIP are required;
+// Names and OrigDst are required by Transparent only.
+type Config struct {
+	// Policy decides each name and port.
+	Policy egress.Policy
+	// Names maps the addresses the sandbox's DNS handed out back to names (Transparent).
+	Names egress.Names
+	// Recorder receives one event per connection.
+	Recorder audit.Recorder
+	// LookupNetIP resolves a name the policy allowed and did not pin, outside the sandbox (the host's
+	// resolver, or network.dns.upstream).
+	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// OrigDst returns the address a redirected connection was sent to (Transparent); netns.OrigDst
+	// is the real one, reading it from conntrack.
+	OrigDst func(net.Conn) (netip.AddrPort, error)
+	// Notify, if set, is called once per host and port when a TLS or other TCP connection is refused by
+	// reset (plain HTTP gets a 403 that says the same), so the CLI can print one line for a human.
+	// It must not block.
+	Notify func(d egress.Decision, name string, port uint16)
+	// DialContext, if set, replaces net.Dialer for connections to upstreams (the gateway passes it
+	// "tcp" and an IP:port it has checked). Return *net.TCPConn to keep the relay on splice(2).
+	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+	// LocalAddrs, if set, lists this host's own addresses, which the gateway refuses to dial; the
+	// default reads the interfaces.
+	LocalAddrs func() ([]netip.Addr, error)
+	// SniffTimeout, HeaderTimeout and DialTimeout override the defaults above.
+	SniffTimeout, HeaderTimeout, DialTimeout time.Duration
+}
+
+// Gateway serves the transparent and explicit listeners of one sandbox. It keeps the little state the
+// handlers share (which hosts were already reported, this host's addresses); it has no global state,
+// so each run has its own.
+type Gateway struct {
+	cfg Config
+
+	mu          sync.Mutex
+	notified    map[string]bool
+	localAddrs  map[netip.Addr]bool
+	localAddrsT time.Time
+}
+
+// New checks cfg and returns a Gateway. A missing piece is an error rather than a permissive default:
+// the gateway fails closed.
+func New(cfg Config) (*Gateway, error) {
+	switch {
+	case cfg.Policy == nil:
+		return nil, errors.New("proxy: Config.Policy is required")
+	case cfg.Recorder == nil:
+		return nil, errors.New("proxy: Config.Recorder is required")
+	case cfg.LookupNetIP == nil:
+		return nil, errors.New("proxy: Config.LookupNetIP is required")
+	}
+	if cfg.SniffTimeout <= 0 {
+		cfg.SniffTimeout = DefaultSniffTimeout
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.DialContext == nil {
+		cfg.DialContext = (&net.Dialer{}).DialContext
+	}
+	if cfg.LocalAddrs == nil {
+		cfg.LocalAddrs = interfaceAddrs
+	}
+	return &Gateway{cfg: cfg, notified: make(map[string]bool)}, nil
+}
+
+// Transparent serves connections redirected to ln from the sandbox, until ctx is done or ln fails.
+// Each connection is for the name its original destination was handed out for. It returns nil when
+// ctx ends it; either way every connection it accepted is closed before it returns, so egress stops
+// with the gateway.
+func (g *Gateway) Transparent(ctx context.Context, ln net.Listener) error {
+	if g.cfg.Names == nil || g.cfg.OrigDst == nil {
+		return errors.New("proxy: Transparent needs Config.Names and Config.OrigDst")
+	}
+	return g.serve(ctx, ln, g.transparent)
+}
+
+// Explicit serves an HTTP/1.1 forward proxy on ln (CONNECT, and absolute-form http:// requests),
+// until ctx is done or ln fails, with the same guarantees as Transparent.
+func (g *Gateway) Explicit(ctx context.Context, ln net.Listener) error {
+	return g.serve(ctx, ln, g.explicit)
+}
+
+// serve accepts until ctx ends or the listener fails, runs handle for each connection, and returns
+// after every handler has.
+func (g *Gateway) serve(ctx context.Context, ln net.Listener, handle func(context.Context, net.Conn)) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // runs before wg.Wait: closes the connections the handlers are blocked on
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if temporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				t := time.NewTimer(backoff)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+				continue
+			}
+			return fmt.Errorf("proxy: accept on %s: %w", ln.Addr(), err)
+		}
+		backoff = 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			handle(ctx, c)
+		}()
+	}
+}
+
+// temporary reports accept errors that pass (out of file descriptors, a connection aborted before it
+// was accepted); the loop backs off instead of giving up the listener.
+func temporary(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// notify calls Config.Notify the first time a host and port is refused by reset.
+func (g *Gateway) notify(d egress.Decision, name string, port uint16) {
+	if g.cfg.Notify == nil {
+		return
+	}
+	key := name + ":" + strconv.Itoa(int(port))
+	g.mu.Lock()
+	first := !g.notified[key] && len(g.notified) < maxNotified
+	if first {
+		g.notified[key] = true
+	}
+	g.mu.Unlock()
+	if first {
+		g.cfg.Notify(d, name, port)
+	}
+}
+
+// isLocal reports whether a is one of this host's own addresses, re-reading them every few seconds.
+// When they cannot be read it fails closed: every address counts as local.
+func (g *Gateway) isLocal(a netip.Addr) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.localAddrs == nil || time.Since(g.localAddrsT) > localAddrsTTL {
+		addrs, err := g.cfg.LocalAddrs()
+		if err != nil {
+			return true, fmt.Errorf("proxy: listing this host's addresses: %w", err)
+		}
+		g.localAddrs = make(map[netip.Addr]bool, len(addrs))
+		for _, l := range addrs {
+			g.localAddrs[l.Unmap()] = true
+		}
+		g.localAddrsT = time.Now()
+	}
+	return g.localAddrs[a], nil
+}
+
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range ifaddrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out, nil
+}

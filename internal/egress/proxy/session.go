@@ -1,0 +1,385 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress"
+)
+
+// gatewayRule is the Rule of decisions the gateway takes itself (the names disagree, an address it
+// will not dial) rather than the policy.
+const gatewayRule = "gateway"
+
+// Reasons for the gateway's own refusals, as they appear in the audit log.
+const (
+	reasonNoOrigDst    = "original destination unknown"
+	reasonUnmapped     = "address not handed out by the sandbox's DNS"
+	reasonSNIMismatch  = "SNI does not match the name"
+	reasonNoSNI        = "TLS without a server name"
+	reasonSNIIsIP      = "SNI is an IP address"
+	reasonECH          = "encrypted ClientHello hides the name"
+	reasonBadHello     = "malformed TLS ClientHello"
+	reasonBadRequest   = "malformed HTTP request"
+	reasonHostMismatch = "Host does not match the name"
+	reasonURIMismatch  = "request URI does not match the name"
+	reasonNoHost       = "HTTP request without a Host header"
+	reasonIPLiteral    = "the target is an IP address, not a name"
+	reasonNestedProxy  = "CONNECT through a connection the gateway already judged"
+	reasonUpgrade      = "HTTP upgrade on plain HTTP is not supported"
+	reasonNotProxyReq  = "not a proxy request (CONNECT host:port, or an absolute http:// URI)"
+)
+
+func refuse(reason string) egress.Decision {
+	return egress.Decision{Rule: gatewayRule, Reason: reason}
+}
+
+// session is one client connection: its audit event, and the connections to close if the gateway
+// stops while it runs.
+type session struct {
+	g      *Gateway
+	client net.Conn
+	start  time.Time
+	ev     audit.Event
+	stop   func() bool
+
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+}
+
+func (g *Gateway) newSession(ctx context.Context, c net.Conn, via string) *session {
+	s := &session{g: g, client: c, start: time.Now(), conns: []net.Conn{c}}
+	s.ev = audit.Event{Kind: "connect", Decision: "deny", Detail: map[string]string{"via": via}}
+	s.stop = context.AfterFunc(ctx, s.abort)
+	return s
+}
+
+// own registers an upstream connection, closing it at once if the gateway is already stopping.
+func (s *session) own(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return false
+	}
+	s.conns = append(s.conns, c)
+	return true
+}
+
+// abort closes every connection of the session (the gateway is stopping, or a relay failed).
+func (s *session) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// end closes everything and records the session's one event.
+func (s *session) end() {
+	s.stop()
+	s.abort()
+	s.ev.Time = s.start
+	s.ev.Duration = time.Since(s.start)
+	s.g.cfg.Recorder.Record(s.ev)
+}
+
+func (s *session) detail(k, v string) { s.ev.Detail[k] = v }
+
+// decided copies a decision into the event.
+func (s *session) decided(d egress.Decision) {
+	s.ev.Rule, s.ev.Reason = d.Rule, d.Reason
+	if d.Allow {
+		s.ev.Decision = "allow"
+	} else {
+		s.ev.Decision = "deny"
+	}
+}
+
+// resetDeny refuses a TLS or other TCP connection: a reset, and one line for a human (once per host).
+func (s *session) resetDeny(d egress.Decision, name string, port uint16) {
+	s.decided(d)
+	s.g.notify(d, name, port) // first, so the line is out before the client reports its error
+	reset(s.client)
+}
+
+// reset closes c with RST instead of FIN, so the client sees a refusal rather than an empty answer.
+func reset(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	c.Close()
+}
+
+// httpDeny answers a plain-HTTP request with a 403 (or the given status) that names what was blocked
+// and how to allow it, then closes the connection gracefully so the client reads the answer.
+func (s *session) httpDeny(d egress.Decision, status int, host string, port uint16) {
+	s.decided(d)
+	var b strings.Builder
+	switch {
+	case host == "":
+		fmt.Fprintf(&b, "cordon: refused the request (%s)\n", d.Reason)
+	case port == 0:
+		fmt.Fprintf(&b, "cordon: blocked %s (%s)\n", host, d.Reason)
+	default:
+		fmt.Fprintf(&b, "cordon: blocked %s (%s)\n", net.JoinHostPort(host, strconv.Itoa(int(port))), d.Reason)
+	}
+	if d.Fix != "" {
+		fmt.Fprintf(&b, "to allow: %s\n", d.Fix)
+	}
+	writeStatus(s.client, status, b.String())
+	lingeringClose(s.client)
+}
+
+// writeStatus writes a complete, closing response with a plain-text body.
+func writeStatus(w io.Writer, status int, body string) {
+	_, _ = fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, statusText(status), len(body), body)
+}
+
+func statusText(code int) string {
+	switch code {
+	case 400:
+		return "Bad Request"
+	case 403:
+		return "Forbidden"
+	case 405:
+		return "Method Not Allowed"
+	case 502:
+		return "Bad Gateway"
+	}
+	return "Error"
+}
+
+// lingeringClose half-closes c and drains what the client still sends for a moment before closing:
+// closing with unread data would send a reset that can destroy the answer before the client reads it.
+func lingeringClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, _ = io.CopyN(io.Discard, c, 256<<10)
+	}
+	c.Close()
+}
+
+// judge checks that the client's first bytes name the same host as the connection and port, as
+// sniffed: the SNI of a ClientHello, the Host and URI of an HTTP request. It returns the refusal, or
+// an allowing zero Decision.
+func (s *session) judge(sn sniffed, name string, port uint16) (egress.Decision, bool) {
+	s.detail("proto", sn.kind.String())
+	switch sn.kind {
+	case kindTLS:
+		if sn.err != nil {
+			s.detail("error", sn.err.Error())
+			return refuse(reasonBadHello), false
+		}
+		h := sn.hello
+		if h.ServerName != "" {
+			s.detail("sni", h.ServerName)
+		}
+		if len(h.ALPN) > 0 {
+			s.detail("alpn", strings.Join(h.ALPN, ","))
+		}
+		switch {
+		case h.ECH:
+			return refuse(reasonECH), false
+		case h.ServerName == "":
+			return refuse(reasonNoSNI), false
+		case h.ServerNameIP.IsValid():
+			return refuse(reasonSNIIsIP), false
+		case h.ServerName != name:
+			return refuse(reasonSNIMismatch), false
+		}
+	case kindHTTP:
+		if sn.err != nil {
+			s.detail("error", sn.err.Error())
+			return refuse(reasonBadRequest), false
+		}
+		return s.judgeRequest(sn.req, name, port)
+	}
+	return egress.Decision{}, true
+}
+
+// judgeRequest checks the first plain-HTTP request on a connection for name:port, and records what
+// it asked for.
+func (s *session) judgeRequest(r *request, name string, port uint16) (egress.Decision, bool) {
+	s.detail("method", r.method)
+	s.detail("path", truncate(r.path, 200))
+	if r.hasHost {
+		s.detail("http_host", r.host.String())
+	}
+	if reason := checkRequest(r, name, port); reason != "" {
+		return refuse(reason), false
+	}
+	return egress.Decision{}, true
+}
+
+// checkRequest says why a plain-HTTP request on a connection for name:port is refused, or "".
+func checkRequest(r *request, name string, port uint16) string {
+	switch {
+	case r.method == "CONNECT":
+		return reasonNestedProxy
+	case r.upgrade:
+		return reasonUpgrade
+	case !r.hasHost:
+		return reasonNoHost
+	case r.host.host != name || r.host.port != 0 && r.host.port != port:
+		return reasonHostMismatch
+	case r.form == "absolute" && (r.uri.host != name || r.uri.port != 0 && r.uri.port != port):
+		return reasonURIMismatch
+	}
+	return ""
+}
+
+// pass judges and relays a connection to name:port whose upstream is already dialed and whose policy
+// decision allowed it. Bytes from the upstream flow to the client at once (a server may speak first,
+// and it is the server the policy allowed); bytes from the client flow only once its first bytes
+// passed judge. Each direction half-closes the other side when it ends cleanly, and a failure in
+// either resets both.
+func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) {
+	c := s.client
+	type result struct {
+		n   int64
+		err error
+	}
+	var refusing atomic.Bool
+	down := make(chan result, 1)
+	go func() {
+		n, err := io.Copy(c, up) // *net.TCPConn from *net.TCPConn: splice(2)
+		if !refusing.Load() {
+			if err == nil {
+				closeWrite(c)
+			} else {
+				reset(c)
+				s.abort()
+			}
+		}
+		down <- result{n, err}
+	}()
+	finish := func() {
+		r := <-down
+		s.ev.BytesIn = r.n
+		if r.err != nil && !refusing.Load() && s.ev.Detail["error"] == "" {
+			s.detail("error", "from upstream: "+r.err.Error())
+		}
+	}
+
+	sn, err := s.g.sniff(c, br, 0)
+	if err != nil {
+		s.detail("error", err.Error())
+		s.abort()
+		finish()
+		return
+	}
+	if d, ok := s.judge(sn, name, port); !ok {
+		refusing.Store(true)
+		up.Close()
+		finish()
+		if sn.kind == kindHTTP {
+			status := 403
+			if d.Reason == reasonBadRequest {
+				status = 400
+			}
+			s.httpDeny(d, status, name, port)
+		} else {
+			s.resetDeny(d, name, port)
+		}
+		return
+	}
+
+	// Client to upstream: the sniffed bytes, then the rest.
+	var out int64
+	if sn.kind == kindHTTP {
+		out, err = s.forwardRequests(up, br, sn.req, name, port)
+	} else {
+		var n int
+		n, err = up.Write(sn.prefix)
+		out = int64(n)
+		if err == nil {
+			var m int64
+			m, err = io.Copy(up, c) // splice(2)
+			out += m
+		}
+	}
+	s.ev.BytesOut = out
+	if err == nil {
+		closeWrite(up)
+	} else {
+		if !errors.Is(err, errRefusedRequest) {
+			s.detail("error", "from client: "+err.Error())
+		}
+		reset(c)
+		s.abort()
+	}
+	finish()
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}
+
+// errRefusedRequest ends a plain-HTTP connection whose later request was refused.
+var errRefusedRequest = errors.New("request refused")
+
+// forwardRequests relays plain-HTTP requests from br to up, checking every request head on the
+// connection and not only the first, since a later request on a kept-alive connection could name
+// another host. Bodies are copied by their framing, so the next head is found where the server will
+// find it. A refused later request cannot get a 403 (the server's answers are relayed as they come),
+// so the connection is reset instead.
+func (s *session) forwardRequests(up io.Writer, br *bufio.Reader, first *request, name string, port uint16) (int64, error) {
+	var total int64
+	for req := first; ; {
+		n, err := up.Write(req.raw)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+		var m int64
+		switch {
+		case req.chunked:
+			m, err = copyChunked(up, br)
+		case req.contentLength > 0:
+			m, err = io.CopyN(up, br, req.contentLength)
+			err = unexpected(err)
+		}
+		total += m
+		if err != nil {
+			return total, err
+		}
+		raw, err := readHead(br, maxHead)
+		if errors.Is(err, io.EOF) {
+			return total, nil // the client is done
+		}
+		if err == nil {
+			req, err = parseRequest(raw)
+		}
+		if err != nil {
+			s.decided(refuse(reasonBadRequest))
+			s.detail("error", "later request: "+err.Error())
+			return total, errRefusedRequest
+		}
+		if reason := checkRequest(req, name, port); reason != "" {
+			d := refuse(reason)
+			s.decided(d)
+			s.detail("refused_request", truncate(req.method+" "+req.host.String()+req.path, 200))
+			s.g.notify(d, name, port)
+			return total, errRefusedRequest
+		}
+	}
+}

@@ -1,0 +1,152 @@
+// Package presets expands the names in network.presets into the hosts a tool needs. A registry's host
+// is never written here: it is read from the tool's own configuration (npm's registry setting, go's
+// GOPROXY and GOSUMDB, pip's index settings and built-in default), so private mirrors work and nothing
+// stale is baked in. Only the agents' own API hosts and GitHub's, which no tool configuration names,
+// are fixed.
+package presets
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
+)
+
+// Source is a policy.PresetSource that asks the host's tools. Env is the environment the tools run
+// with (the caller's, so that their configuration applies); Run runs a tool and returns its standard
+// output (nil uses os/exec).
+type Source struct {
+	Env []string
+	Run func(ctx context.Context, env []string, name string, args ...string) ([]byte, error)
+}
+
+var _ policy.PresetSource = Source{}
+
+// Preset implements policy.PresetSource.
+func (s Source) Preset(name string) ([]policy.Endpoint, error) {
+	switch name {
+	case "claude":
+		return endpoints(443, "api.anthropic.com", "statsig.anthropic.com"), nil
+	case "github":
+		eps := endpoints(443, "github.com", "api.github.com", "codeload.github.com", "*.githubusercontent.com")
+		return append(eps, policy.Endpoint{Host: "github.com", Ports: []uint16{22}}), nil
+	case "npm":
+		out, err := s.run("npm", "config", "get", "registry")
+		if err != nil {
+			return nil, fmt.Errorf("preset npm: asking npm for its registry: %w", err)
+		}
+		return urlEndpoints("npm", strings.Fields(string(out)))
+	case "go":
+		out, err := s.run("go", "env", "GOPROXY", "GOSUMDB")
+		if err != nil {
+			return nil, fmt.Errorf("preset go: asking go for GOPROXY and GOSUMDB: %w", err)
+		}
+		return goEndpoints(string(out))
+	case "pypi":
+		// pip's own settings first (PIP_INDEX_URL, pip.conf), then its built-in default.
+		out, err := s.run("python3", "-c", pipScript)
+		if err != nil {
+			return nil, fmt.Errorf("preset pypi: asking pip for its index: %w", err)
+		}
+		return urlEndpoints("pypi", strings.Fields(string(out)))
+	}
+	return nil, fmt.Errorf("unknown preset %q", name)
+}
+
+// pipScript prints pip's configured index URLs, or its built-in index and file host when none is set.
+const pipScript = `
+from pip._internal.configuration import Configuration
+from pip._internal.models.index import PyPI
+c = Configuration(isolated=False); c.load()
+urls = []
+for k, v in c.items():
+    if k.endswith(("index-url", "extra-index-url")):
+        urls += v.split()
+if not urls:
+    urls = [PyPI.url, "https://" + PyPI.file_storage_domain + "/"]
+print("\n".join(urls))
+`
+
+func (s Source) run(name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s.Run != nil {
+		return s.Run(ctx, s.Env, name, args...)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = s.Env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+func endpoints(port uint16, hosts ...string) []policy.Endpoint {
+	eps := make([]policy.Endpoint, len(hosts))
+	for i, h := range hosts {
+		eps[i] = policy.Endpoint{Host: h, Ports: []uint16{port}}
+	}
+	return eps
+}
+
+// urlEndpoints turns registry URLs into endpoints (host and port of each).
+func urlEndpoints(preset string, urls []string) ([]policy.Endpoint, error) {
+	var eps []policy.Endpoint
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Hostname() == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			return nil, fmt.Errorf("preset %s: %q is not a registry URL", preset, raw)
+		}
+		port := uint16(443)
+		if u.Scheme == "http" {
+			port = 80
+		}
+		if p := u.Port(); p != "" {
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("preset %s: %q has a bad port", preset, raw)
+			}
+			port = uint16(n)
+		}
+		eps = append(eps, policy.Endpoint{Host: strings.ToLower(u.Hostname()), Ports: []uint16{port}})
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("preset %s: the tool names no registry", preset)
+	}
+	return eps, nil
+}
+
+// goEndpoints reads `go env GOPROXY GOSUMDB` output: a proxy list (comma or pipe separated, with the
+// keywords direct and off) and a checksum database ("name[+key] [url]", or off).
+func goEndpoints(out string) ([]policy.Endpoint, error) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var urls []string
+	if len(lines) > 0 {
+		for _, p := range strings.FieldsFunc(lines[0], func(r rune) bool { return r == ',' || r == '|' }) {
+			if p = strings.TrimSpace(p); p != "direct" && p != "off" && p != "" {
+				urls = append(urls, p)
+			}
+		}
+	}
+	if len(lines) > 1 {
+		if f := strings.Fields(lines[1]); len(f) > 0 && f[0] != "off" {
+			switch {
+			case len(f) > 1:
+				urls = append(urls, f[1])
+			default:
+				// "name+key": the database is served at https://name/.
+				urls = append(urls, "https://"+strings.SplitN(f[0], "+", 2)[0]+"/")
+			}
+		}
+	}
+	return urlEndpoints("go", urls)
+}
