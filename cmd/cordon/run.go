@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/console"
 	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
+	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
@@ -89,24 +90,13 @@ func (a *app) cmdRun(args []string) int {
 	}
 	backend.RunName = "cordon-" + run.Meta.ID
 	spec, err := a.buildSpec(pol, project, argv, run, id)
-	var gw *gateway.Gateway
-	if err == nil && pol.Network != nil && a.uid != 0 {
-		// Entering the sandbox's network namespace from outside needs CAP_SYS_ADMIN in cordon's own
-		// user namespace; rootless, the gateway's sockets must come from init instead (not done yet).
-		err = errors.New("network egress needs cordon to run as root for now; remove the network section (no egress) or run as root")
-	}
 	if err == nil && pol.Network != nil {
-		// The gateway's sockets and rules are in the sandbox's network namespace before the command
-		// exists; if they cannot be, the command does not start.
-		gw, err = gateway.Start(gateway.Config{
-			NetNS: launched.NetNS(), Network: pol.Network, Presets: presets.Source{Env: a.env},
-			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
-			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
-		})
-		if err == nil {
-			spec.ResolvConf = gw.ResolvConf()
-			spec.Env = append(spec.Env, gw.Env()...)
-		}
+		// init creates the gateway's sockets and rules inside the sandbox before the command exists;
+		// if it cannot, the command does not start.
+		p := gateway.Ports()
+		spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+		spec.ResolvConf = gateway.ResolvConf()
+		spec.Env = append(spec.Env, gateway.Env()...)
 	}
 	if err != nil {
 		launched.Abort()
@@ -117,15 +107,28 @@ func (a *app) cmdRun(args []string) int {
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
 	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
-	code, started := a.runSpec(spec, run, backend, launched, streams)
+	var gw *gateway.Gateway
+	serveEgress := func(sb sandbox.Sandbox) error {
+		if spec.Egress == nil {
+			return nil
+		}
+		set, err := netns.FromFiles(sb.EgressSockets())
+		if err == nil {
+			gw, err = gateway.Start(gateway.Config{
+				Sockets: set, Network: pol.Network, Presets: presets.Source{Env: a.env},
+				Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
+				Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
+			})
+		}
+		return err
+	}
+	code, started := a.runSpec(spec, run, backend, launched, streams, serveEgress)
 	if gw != nil {
 		sum, err := gw.Close()
 		if err != nil {
 			a.warn(fmt.Sprintf("gateway: %v", err))
 		}
-		if started {
-			fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", sum, run.Meta.ID)
-		}
+		fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", sum, run.Meta.ID)
 	}
 	if !started {
 		a.dropRun(run)
@@ -176,7 +179,7 @@ func (a *app) dropRun(run *runstate.Run) {
 
 // runSpec starts the launched sandbox, relays its streams and signals, and returns the exit code and
 // whether the command started at all.
-func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run, backend *linux.Backend, launched *linux.Launched, streams *console.Streams) (int, bool) {
+func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run, backend *linux.Backend, launched *linux.Launched, streams *console.Streams, afterStart func(sandbox.Sandbox) error) (int, bool) {
 	// Signals for cordon go to the command; cordon itself ends when the sandbox does.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
@@ -195,6 +198,14 @@ func (a *app) runSpec(spec *sandbox.Spec, run *runstate.Run, backend *linux.Back
 	if err != nil {
 		streams.Close()
 		return a.startError(err, spec), false
+	}
+	if err := afterStart(sb); err != nil {
+		// Fail closed: without its gateway the sandbox has no business running.
+		sb.Kill()
+		sb.Wait()
+		streams.Close()
+		a.errorf("run: %v; the sandbox was stopped", err)
+		return exitCordon, true
 	}
 	if spec.TTY {
 		if err := streams.RelayTerminal(sb.Terminal()); err != nil {

@@ -31,6 +31,10 @@ type Spec struct {
 	// ReadOnly are absolute paths inside the workspace that the command may read but not change (for
 	// example .git/hooks and .git/config, which would run code on the host later).
 	ReadOnly []string
+	// Egress, when set, asks for the egress gateway's sockets and traffic rules inside the sandbox's
+	// network namespace, installed before the command runs; Sandbox.EgressSockets returns the sockets
+	// for the gateway outside to serve.
+	Egress *EgressPorts
 	// ResolvConf is the content of /etc/resolv.conf inside; empty means no name server.
 	ResolvConf string
 	// Hosts are extra lines for /etc/hosts inside.
@@ -69,6 +73,11 @@ type Workspace struct {
 type Overlay struct {
 	Upper string
 	Work  string
+}
+
+// EgressPorts are the loopback ports inside the sandbox where the gateway listens.
+type EgressPorts struct {
+	Transparent, Proxy, DNS uint16
 }
 
 // Mount is a host path made visible inside at the same path.
@@ -124,4 +133,7 @@ type Sandbox interface {
 	Pid() int
 	// Terminal is the master side of the sandbox's pseudo-terminal when the Spec asked for one.
 	Terminal() *os.File
+	// EgressSockets are the gateway's sockets created inside the sandbox when the Spec asked for them,
+	// with their roles; the caller owns them.
+	EgressSockets() (files []*os.File, roles []string)
 }

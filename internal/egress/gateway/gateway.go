@@ -22,14 +22,15 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
-// ports are where the gateway listens inside the sandbox. DNS is on 53 because resolvers assume it;
+// Ports are where the gateway listens inside the sandbox. DNS is on 53 because resolvers assume it;
 // the others are conventional and only ever seen on the sandbox's own loopback.
-func ports() netns.Ports { return netns.Ports{Transparent: 15001, Proxy: 3128, DNS: 53} }
+func Ports() netns.Ports { return netns.Ports{Transparent: 15001, Proxy: 3128, DNS: 53} }
 
 // Config is what one sandbox's gateway needs.
 type Config struct {
-	// NetNS is the path of the sandbox's network namespace (/proc/PID/ns/net).
-	NetNS string
+	// Sockets are the gateway's sockets, created inside the sandbox's network namespace (by its init,
+	// which also installed the rules that send all traffic to them). Start takes ownership.
+	Sockets *netns.Set
 	// Network is the policy's network section; it must not be nil (no section means no gateway).
 	Network *policy.Network
 	// Presets expands network.presets; nil refuses any preset.
@@ -59,29 +60,27 @@ type Gateway struct {
 // caller must not start the sandbox's command: egress without the gateway's rules would be unguarded.
 func Start(cfg Config) (*Gateway, error) {
 	if cfg.Network == nil {
+		cfg.Sockets.Close()
 		return nil, errors.New("gateway: no network policy")
 	}
 	matcher, err := cfg.Network.Matcher(cfg.Presets)
 	if err != nil {
+		cfg.Sockets.Close()
 		return nil, fmt.Errorf("gateway: network policy: %w", err)
 	}
 	mapper, err := names.New()
 	if err != nil {
+		cfg.Sockets.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if cfg.Sockets == nil {
+		return nil, errors.New("gateway: no sockets")
+	}
+	sockets := cfg.Sockets
 	log, err := audit.NewLog(cfg.AuditPath)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: audit log: %w", err)
-	}
-	sockets, err := netns.Listeners(cfg.NetNS, ports())
-	if err != nil {
-		log.Close()
-		return nil, fmt.Errorf("gateway: listening inside the sandbox: %w", err)
-	}
-	if err := netns.Install(cfg.NetNS, ports()); err != nil {
 		sockets.Close()
-		log.Close()
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
 	lookup := cfg.LookupNetIP
 	if lookup == nil {
@@ -151,14 +150,14 @@ func (g *Gateway) serve(fn func() error) {
 }
 
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
-func (g *Gateway) ResolvConf() string {
+func ResolvConf() string {
 	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
 }
 
 // Env is what the sandbox's environment needs for tools that want an explicit proxy. Tools that
 // ignore it are covered anyway: their connections are redirected.
-func (g *Gateway) Env() []string {
-	p := fmt.Sprintf("http://127.0.0.1:%d", ports().Proxy)
+func Env() []string {
+	p := fmt.Sprintf("http://127.0.0.1:%d", Ports().Proxy)
 	noProxy := "localhost,127.0.0.1,::1"
 	return []string{
 		"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,

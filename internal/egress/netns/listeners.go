@@ -180,3 +180,89 @@ func loopbackSocket(addr netip.Addr, port uint16, udp bool) (int, error) {
 	}
 	return fd, nil
 }
+
+// Socket roles, as Files names them, so a Set can travel between processes.
+const (
+	RoleTransparent = "transparent"
+	RoleProxy       = "proxy"
+	RoleDNSTCP      = "dns-tcp"
+	RoleDNSUDP      = "dns-udp"
+)
+
+// Files duplicates every socket of the set as a file, with its role, so that the sandbox's init, which
+// can create the sockets in its own namespace, can hand them to cordon outside (SCM_RIGHTS).
+func (s *Set) Files() (files []*os.File, roles []string, err error) {
+	type filer interface{ File() (*os.File, error) }
+	add := func(role string, x any) {
+		if err != nil {
+			return
+		}
+		var f *os.File
+		if f, err = x.(filer).File(); err == nil {
+			files, roles = append(files, f), append(roles, role)
+		}
+	}
+	for _, l := range s.Transparent {
+		add(RoleTransparent, l)
+	}
+	for _, l := range s.Proxy {
+		add(RoleProxy, l)
+	}
+	for _, l := range s.DNSTCP {
+		add(RoleDNSTCP, l)
+	}
+	for _, c := range s.DNSUDP {
+		add(RoleDNSUDP, c)
+	}
+	if err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, fmt.Errorf("netns: socket as file: %w", err)
+	}
+	return files, roles, nil
+}
+
+// FromFiles is the inverse of Files: it wraps received sockets by role. It takes ownership of files.
+func FromFiles(files []*os.File, roles []string) (*Set, error) {
+	if len(files) != len(roles) {
+		return nil, fmt.Errorf("netns: %d sockets for %d roles", len(files), len(roles))
+	}
+	set := &Set{}
+	var err error
+	for i, f := range files {
+		if err == nil {
+			switch roles[i] {
+			case RoleDNSUDP:
+				var c net.PacketConn
+				if c, err = net.FilePacketConn(f); err == nil {
+					set.DNSUDP = append(set.DNSUDP, c)
+				}
+			case RoleTransparent, RoleProxy, RoleDNSTCP:
+				var l net.Listener
+				if l, err = net.FileListener(f); err == nil {
+					switch roles[i] {
+					case RoleTransparent:
+						set.Transparent = append(set.Transparent, l)
+					case RoleProxy:
+						set.Proxy = append(set.Proxy, l)
+					default:
+						set.DNSTCP = append(set.DNSTCP, l)
+					}
+				}
+			default:
+				err = fmt.Errorf("netns: unknown socket role %q", roles[i])
+			}
+		}
+		f.Close()
+	}
+	if err != nil {
+		set.Close()
+		return nil, err
+	}
+	if len(set.Transparent) == 0 || len(set.DNSUDP) == 0 {
+		set.Close()
+		return nil, errors.New("netns: the gateway's sockets are incomplete")
+	}
+	return set, nil
+}

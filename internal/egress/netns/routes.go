@@ -24,7 +24,11 @@ const loopbackIndex = 1
 // routes (every outside connect fails at once). A namespace without IPv6 (disabled, or no ::1) gets no
 // IPv6 route; IPv6 connects then fail with ENETUNREACH, which is closed too.
 func routeThroughLoopback(nsFD int) error {
-	conn, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{NetNS: nsFD})
+	cfg := &netlink.Config{}
+	if nsFD >= 0 {
+		cfg.NetNS = nsFD
+	}
+	conn, err := netlink.Dial(unix.NETLINK_ROUTE, cfg)
 	if err != nil {
 		return fmt.Errorf("rtnetlink: %w", err)
 	}

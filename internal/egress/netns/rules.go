@@ -45,18 +45,37 @@ func Install(nsPath string, ports Ports) error {
 	}
 	defer func() { _ = unix.Close(nsFD) }()
 
+	return install(nsFD, nsPath, ports)
+}
+
+// InstallHere is Install for the calling process's own network namespace, for the sandbox's init,
+// which holds CAP_NET_ADMIN there but runs before its /proc matches its pid namespace (so the
+// setns-based path, which names threads through /proc, cannot work).
+func InstallHere(ports Ports) error {
+	if err := ports.validate(); err != nil {
+		return err
+	}
+	return install(-1, "this namespace", ports)
+}
+
+// install does the work in the namespace nsFD, or in the current one when nsFD is -1.
+func install(nsFD int, name string, ports Ports) error {
 	if err := installRules(nsFD, ports); err != nil {
-		return fmt.Errorf("netns: install rules in %s: %w", nsPath, err)
+		return fmt.Errorf("netns: install rules in %s: %w", name, err)
 	}
 	if err := routeThroughLoopback(nsFD); err != nil {
-		return fmt.Errorf("netns: routes in %s: %w", nsPath, err)
+		return fmt.Errorf("netns: routes in %s: %w", name, err)
 	}
 	return nil
 }
 
 // installRules writes the ruleset in one batch and verifies it.
 func installRules(nsFD int, ports Ports) error {
-	conn, err := nftables.New(nftables.WithNetNSFd(nsFD), nftables.AsLasting())
+	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if nsFD >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(nsFD))
+	}
+	conn, err := nftables.New(opts...)
 	if err != nil {
 		return fmt.Errorf("netlink to nf_tables: %w", err)
 	}

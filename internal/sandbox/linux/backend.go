@@ -27,6 +27,7 @@ const ReaperArg0 = "cordon-cgroup-reaper"
 var initCaps = []uintptr{
 	unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP, unix.CAP_NET_ADMIN, unix.CAP_SYS_CHROOT,
 	unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_CHOWN, unix.CAP_SYS_RESOURCE,
+	unix.CAP_NET_BIND_SERVICE, // the gateway's DNS socket on port 53 inside
 }
 
 // Backend is the native Linux backend.
@@ -217,12 +218,14 @@ func validate(spec *sandbox.Spec) error {
 
 // running is a started sandbox.
 type running struct {
-	cmd       *exec.Cmd
-	terminal  *os.File
-	cgroup    *cgroup.Group
-	keepalive *os.File
-	timeout   time.Duration
-	warn      func(string)
+	cmd         *exec.Cmd
+	terminal    *os.File
+	egress      []*os.File
+	egressRoles []string
+	cgroup      *cgroup.Group
+	keepalive   *os.File
+	timeout     time.Duration
+	warn        func(string)
 
 	mu       sync.Mutex
 	timedOut bool
@@ -342,7 +345,7 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 // pseudo-terminal's master when init sends it.
 func (s *running) readStatus(f *os.File) (status, error) {
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(4*16))
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), buf, oob, 0)
 		if err == unix.EINTR {
@@ -358,6 +361,7 @@ func (s *running) readStatus(f *os.File) (status, error) {
 		if err := json.Unmarshal(buf[:n], &st); err != nil {
 			return status{}, fmt.Errorf("malformed status from init: %w", err)
 		}
+		var files []*os.File
 		if oobn > 0 {
 			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 			if err != nil {
@@ -369,15 +373,22 @@ func (s *running) readStatus(f *os.File) (status, error) {
 					return status{}, err
 				}
 				for _, fd := range fds {
-					if st.PTY && s.terminal == nil {
-						s.terminal = os.NewFile(uintptr(fd), "pty-master")
-					} else {
-						unix.Close(fd)
-					}
+					files = append(files, os.NewFile(uintptr(fd), "from-init"))
 				}
 			}
 		}
-		if !st.PTY {
+		switch {
+		case st.PTY && len(files) == 1 && s.terminal == nil:
+			s.terminal = files[0]
+		case len(st.Sockets) > 0 && len(files) == len(st.Sockets) && s.egress == nil:
+			s.egress, s.egressRoles = files, st.Sockets
+		default:
+			for _, f := range files {
+				f.Close()
+			}
+			if st.PTY || len(st.Sockets) > 0 {
+				return status{}, errors.New("init sent descriptors that do not match its message")
+			}
 			return st, nil
 		}
 	}
@@ -431,6 +442,9 @@ func (s *running) Kill() error {
 	}
 	return err
 }
+
+// EgressSockets implements sandbox.Sandbox.
+func (s *running) EgressSockets() ([]*os.File, []string) { return s.egress, s.egressRoles }
 
 // Terminal implements sandbox.Sandbox.
 func (s *running) Terminal() *os.File { return s.terminal }

@@ -50,6 +50,8 @@ type status struct {
 	NotFound bool   `json:"notFound,omitempty"`
 	// PTY marks the message that carries the master side of the sandbox's pseudo-terminal.
 	PTY bool `json:"pty,omitempty"`
+	// Sockets marks the message that carries the egress gateway's sockets, naming their roles in order.
+	Sockets []string `json:"sockets,omitempty"`
 	// Started is set once the command runs inside the finished boundary.
 	Started bool `json:"started,omitempty"`
 	// Warnings are one-line notices (a defense-in-depth layer the kernel lacks).

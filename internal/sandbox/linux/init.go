@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
 )
@@ -92,6 +93,14 @@ func setup(cfg *initConfig) (int, []string, error) {
 	}
 	if err := step("bringing up loopback", loopbackUp()); err != nil {
 		return 0, nil, err
+	}
+	if spec.Egress != nil {
+		// Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may
+		// not, rootless): the gateway's sockets and the rules that send all traffic to them exist
+		// before the command does.
+		if err := step("setting up the egress gateway's sockets and rules", egressSetup(spec.Egress)); err != nil {
+			return 0, nil, err
+		}
 	}
 	if err := buildRoot(cfg); err != nil {
 		return 0, nil, err
@@ -186,6 +195,36 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 			unix.Kill(pid, s)
 		}
 	}
+}
+
+// egressSetup creates the gateway's sockets and installs the nftables rules in init's own network
+// namespace, then hands the sockets to cordon over the status channel.
+func egressSetup(p *sandbox.EgressPorts) error {
+	const self = "/proc/self/ns/net"
+	ports := netns.Ports{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	set, err := netns.Listeners(self, ports)
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+	if err := netns.InstallHere(ports); err != nil {
+		return err
+	}
+	files, roles, err := set.Files()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	msg, _ := json.Marshal(status{Sockets: roles})
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return unix.Sendmsg(statusFD, msg, unix.UnixRights(fds...), nil, 0)
 }
 
 func execError(name string, err error) error {
