@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -100,6 +102,7 @@ func TestEgressDeniedPaths(t *testing.T) {
 			"unassigned mapped IP": "curl -sS -m 5 --noproxy '*' http://198.18.3.3:%[1]d/",
 			"raw IP via proxy":     "curl -sS -m 5 http://127.0.0.1:%[1]d/",
 			"host header lie":      "curl -sS -m 5 --noproxy '*' -H 'Host: other.test' http://pkg.test:%[1]d/",
+			"relayed CONNECT":      "curl -sS -m 5 --noproxy '*' -p -x http://pkg.test:%[1]d http://other.test:%[1]d/",
 		} {
 			t.Run(name, func(t *testing.T) {
 				if r := h.sandboxed(pol, fmt.Sprintf(probe, port)); strings.Contains(r.stdout, want) {
@@ -145,6 +148,43 @@ func TestDNSExfiltrationCarriesNothing(t *testing.T) {
 		h.sandboxed(pol, "curl -sS -m 5 --noproxy '*' https://allowed.test/ 2>&1; true")
 		if queries.Load() == 0 {
 			t.Fatal("control: the upstream resolver saw no query for an allowed name, so the test proves nothing")
+		}
+	})
+}
+
+// TestEgressTLSAndResolution: HTTPS to an allowed name works with SNI, a connection whose SNI names
+// another (also allowed) host than the address it was sent to is refused (domain fronting), and an
+// allowed name that resolves to loopback is refused unless network.hosts pins it there.
+func TestEgressTLSAndResolution(t *testing.T) {
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "TLS-%s\n", h.canary)
+		}))
+		t.Cleanup(srv.Close)
+		port := srv.Listener.Addr().(*net.TCPAddr).Port
+		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+		h.writeFile(filepath.Join(h.ws, "ca.pem"), string(ca), 0o644)
+		want := "TLS-" + h.canary
+		// httptest's certificate is for example.com.
+		pol := fmt.Sprintf("network:\n  allow:\n    - {host: example.com, ports: [%[1]d]}\n    - {host: other.test, ports: [%[1]d]}\n  hosts: {example.com: 127.0.0.1, other.test: 127.0.0.1}\n", port)
+		if r := h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 --noproxy '*' --cacert ca.pem https://example.com:%d/", port)); !strings.Contains(r.stdout, want) {
+			t.Fatalf("HTTPS to an allowed name failed:\n%s", r)
+		}
+		front := `ip=$(python3 -c 'import socket, sys; print(socket.getaddrinfo(sys.argv[1], 443, socket.AF_INET)[0][4][0])' %s); curl -sS -m 10 --noproxy '*' --cacert ca.pem --resolve example.com:%d:$ip https://example.com:%d/`
+		if r := h.sandboxed(pol, fmt.Sprintf(front, "example.com", port, port)); !strings.Contains(r.stdout, want) {
+			t.Fatalf("control: --resolve to the name's own address failed:\n%s", r)
+		}
+		if r := h.sandboxed(pol, fmt.Sprintf(front, "other.test", port, port)); strings.Contains(r.stdout, want) {
+			t.Fatalf("SNI example.com sent to other.test's address was let through (domain fronting):\n%s", r)
+		}
+
+		// An allowed name that a resolver answers with loopback: refused unless pinned.
+		addr, _ := countingDNS(t)
+		unpinned := fmt.Sprintf("network:\n  allow:\n    - {host: example.com, ports: [%d]}\n  dns: {upstream: [%q]}\n", port, addr)
+		if r := h.sandboxed(unpinned, fmt.Sprintf("curl -sS -m 10 --noproxy '*' --cacert ca.pem https://example.com:%d/", port)); strings.Contains(r.stdout, want) {
+			t.Fatalf("an allowed name resolving to the host's loopback was dialed:\n%s", r)
 		}
 	})
 }
