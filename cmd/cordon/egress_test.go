@@ -97,6 +97,10 @@ func TestEgressDeniedPaths(t *testing.T) {
 		if r := h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 --noproxy '*' http://pkg.test:%d/", port)); !strings.Contains(r.stdout, want) {
 			t.Fatalf("control: the allowed name does not work:\n%s", r)
 		}
+		// Resolvers that ask with AI_ADDRCONFIG see IPv4 as configured.
+		if r := h.sandboxed(pol, "getent ahostsv4 pkg.test"); !strings.Contains(r.stdout, "198.18.") {
+			t.Errorf("getent ahostsv4 (AI_ADDRCONFIG) does not resolve an allowed name:\n%s", r)
+		}
 		for name, probe := range map[string]string{
 			"raw IP":               "curl -sS -m 5 --noproxy '*' http://1.1.1.1:%[1]d/",
 			"unassigned mapped IP": "curl -sS -m 5 --noproxy '*' http://198.18.3.3:%[1]d/",

@@ -46,6 +46,18 @@ func routeThroughLoopback(nsFD int) error {
 		return fmt.Errorf("bring lo up: %w", err)
 	}
 
+	// A non-loopback address of each family, so that resolvers asked with AI_ADDRCONFIG (getent
+	// ahostsv4, many daemons and CLIs) see the family as configured and ask the gateway's DNS at all.
+	// Both are documentation addresses: nothing real is reachable through them, and a connection to
+	// them is redirected to the gateway like any other and refused as an address it never handed out.
+	if err := addLoopbackAddress(conn, unix.AF_INET, []byte{192, 0, 2, 1}, 32); err != nil {
+		return fmt.Errorf("IPv4 address on lo: %w", err)
+	}
+	if err := addLoopbackAddress(conn, unix.AF_INET6, []byte{0x20, 0x01, 0x0d, 0xb8, 15: 1}, 128); err != nil &&
+		!errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EAFNOSUPPORT) && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("IPv6 address on lo: %w", err)
+	}
+
 	// IPv4 needs the source address named: 127.0.0.1 has host scope, so the kernel would not pick it
 	// for a link-scope route on its own, and the connection would leave with no source at all.
 	if err := defaultRoute(conn, unix.AF_INET, unix.RT_SCOPE_LINK, []byte{127, 0, 0, 1}); err != nil {
@@ -58,6 +70,29 @@ func routeThroughLoopback(nsFD int) error {
 		return fmt.Errorf("IPv6 default route via lo: %w", err)
 	}
 	return nil
+}
+
+// addLoopbackAddress adds (or replaces) addr/prefixlen on lo.
+func addLoopbackAddress(conn *netlink.Conn, family byte, addr []byte, prefixlen byte) error {
+	// ifaddrmsg: family, prefixlen, flags, scope, index.
+	ifa := make([]byte, unix.SizeofIfAddrmsg)
+	ifa[0], ifa[1], ifa[2], ifa[3] = family, prefixlen, unix.IFA_F_NODAD, unix.RT_SCOPE_UNIVERSE
+	binary.NativeEndian.PutUint32(ifa[4:], loopbackIndex)
+	ae := netlink.NewAttributeEncoder()
+	ae.Bytes(unix.IFA_LOCAL, addr)
+	ae.Bytes(unix.IFA_ADDRESS, addr)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return fmt.Errorf("encode address: %w", err)
+	}
+	_, err = conn.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  unix.RTM_NEWADDR,
+			Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Replace,
+		},
+		Data: append(ifa, attrs...),
+	})
+	return err
 }
 
 // defaultRoute adds (or replaces) "default dev lo [src prefsrc]" for one family in the main table.
