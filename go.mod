@@ -5,7 +5,10 @@ go 1.26.8
 require (
 	github.com/creack/pty v1.1.24
 	github.com/google/go-cmp v0.6.0
+	github.com/google/nftables v0.3.0
 	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
+	github.com/miekg/dns v1.1.73
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
@@ -13,10 +16,7 @@ require (
 )
 
 require (
-	github.com/google/nftables v0.3.0 // indirect
-	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
-	github.com/miekg/dns v1.1.73 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )
