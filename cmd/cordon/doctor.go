@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
@@ -80,18 +81,18 @@ func (a *app) cmdDoctor(args []string) int {
 		line(state, "cgroups", detail)
 	}
 
-	if _, err := os.Stat("/sys/module/nf_tables"); err == nil {
-		line("ok", "nftables", "nf_tables present")
-	} else {
-		line("warn", "nftables", "nf_tables module not loaded (needed for network egress rules)")
-	}
-
-	// End to end: a real sandbox with a copy-on-write workspace, running /bin/true.
-	detail, err := a.doctorSandbox()
+	// End to end: a real sandbox with a copy-on-write workspace, running /bin/true; then one with the
+	// egress gateway's sockets and nftables rules, which is what a network section needs.
+	detail, err := a.doctorSandbox(false)
 	if err != nil {
 		line("FAIL", "sandbox", err.Error())
 	} else {
 		line("ok", "sandbox", detail)
+		if _, err := a.doctorSandbox(true); err != nil {
+			line("warn", "nftables", "the egress rules could not be installed ("+err.Error()+"); runs with a network section will refuse to start")
+		} else {
+			line("ok", "nftables", "egress rules installed over netlink and verified inside a sandbox")
+		}
 	}
 	if fatal {
 		fmt.Fprintln(a.stdout, "cordon run cannot work on this host: see the FAIL lines above")
@@ -100,7 +101,7 @@ func (a *app) cmdDoctor(args []string) int {
 	return 0
 }
 
-func (a *app) doctorSandbox() (string, error) {
+func (a *app) doctorSandbox(egress bool) (string, error) {
 	project, err := os.MkdirTemp("", "cordon-doctor-")
 	if err != nil {
 		return "", err
@@ -128,6 +129,10 @@ func (a *app) doctorSandbox() (string, error) {
 		Args: []string{"true"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: project,
 		Workspace: ws, User: a.identity(), Stdin: devnull, Stdout: devnull, Stderr: devnull,
 	}
+	if egress {
+		p := gateway.Ports()
+		spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	}
 	var warnings []string
 	b := &linux.Backend{Warn: func(s string) { warnings = append(warnings, s) }}
 	sb, err := b.Start(context.Background(), spec)
@@ -141,6 +146,10 @@ func (a *app) doctorSandbox() (string, error) {
 	}
 	if err != nil {
 		return "", err
+	}
+	files, _ := sb.EgressSockets()
+	for _, f := range files {
+		f.Close()
 	}
 	st, err := sb.Wait()
 	if err != nil {
