@@ -8,7 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/cgroup"
@@ -60,6 +63,12 @@ func commands() []command {
 var version = "dev"
 
 func main() {
+	// A descriptor cordon inherited without close-on-exec (a shell's, a CI runner's) must not travel on
+	// into the sandbox: nothing but the streams cordon chooses goes through.
+	if err := closeInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "cordon: %v\n", err)
+		os.Exit(exitCordon)
+	}
 	switch {
 	case linux.IsInit():
 		os.Exit(linux.InitMain())
@@ -165,4 +174,12 @@ func cutEnv(kv string) (string, string, bool) {
 func (a *app) cmdVersion([]string) int {
 	fmt.Fprintf(a.stdout, "cordon %s\n", version)
 	return 0
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+func closeInheritedOnExec() error {
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("marking inherited descriptors close-on-exec (needs Linux 5.11): %w", err)
+	}
+	return nil
 }

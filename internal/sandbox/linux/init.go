@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,8 +30,12 @@ func InitMain() int {
 	// Every per-thread operation below (cgroup namespace, capabilities, the fork of the command) must
 	// happen on one thread, so that the command inherits exactly the state that was set up.
 	runtime.LockOSThread()
-	unix.CloseOnExec(configFD)
-	unix.CloseOnExec(statusFD)
+	// Nothing init holds reaches the command but the streams: the config pipe, the status socket and
+	// anything inherited are close-on-exec.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		unix.CloseOnExec(configFD)
+		unix.CloseOnExec(statusFD)
+	}
 	statusw := os.NewFile(statusFD, "status")
 	report := func(s status) {
 		b, _ := json.Marshal(s)
@@ -291,6 +296,10 @@ func setRlimits(cfg *initConfig) error {
 		return nil
 	}
 	if l.OpenFiles > 0 {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil && l.OpenFiles > cur.Max {
+			return fmt.Errorf("limits.openFiles: %d is above the hard limit cordon itself runs with (%d); lower it or raise cordon's (ulimit -Hn)", l.OpenFiles, cur.Max)
+		}
 		if err := set(unix.RLIMIT_NOFILE, l.OpenFiles); err != nil {
 			return err
 		}

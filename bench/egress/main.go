@@ -1,0 +1,106 @@
+// Command egress measures cordon's egress gateway end to end: a download from an upstream on the
+// host's loopback through a real sandbox (transparent path: curl with proxies off), against the same
+// download by the same client outside any sandbox, and new connections per second through the gateway
+// against direct ones. Figures are printed as ratios from one run.
+//
+//	go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
+	sizeMiB := flag.Int("size", 1024, "download size in MiB")
+	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
+	flag.Parse()
+	bin, err := filepath.Abs(*cordon)
+	check(err)
+
+	block := bytes.Repeat([]byte("cordon-bench-"), 1<<16/13+1)[:1<<16]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("mib"))
+		w.Header().Set("Content-Length", strconv.Itoa(n<<20))
+		for i := 0; i < n<<20/len(block); i++ {
+			if _, err := w.Write(block); err != nil {
+				return
+			}
+		}
+	}))
+
+	dir, err := os.MkdirTemp("", "cordon-bench-egress-")
+	check(err)
+	defer os.RemoveAll(dir)
+	project := filepath.Join(dir, "project")
+	check(os.Mkdir(project, 0o755))
+	pol := filepath.Join(dir, "policy.yaml")
+	check(os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nnetwork:\n  allow: [{host: bench.test, ports: [%d]}]\n  hosts: {bench.test: 127.0.0.1}\n", port)), 0o644))
+	env := append(os.Environ(), "XDG_STATE_HOME="+filepath.Join(dir, "state"))
+
+	// Throughput: curl reports its own average download speed (bytes/s), so process start-up is not
+	// counted on either side.
+	curl := func(host string) string {
+		return fmt.Sprintf("curl -sS --noproxy '*' -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", host, port, *sizeMiB)
+	}
+	direct := speed(run(env, project, "sh", "-c", curl("127.0.0.1")))
+	through := speed(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test")))
+	fmt.Printf("download %d MiB: direct %.0f MiB/s, through the gateway %.0f MiB/s: %.2fx of direct (target >= 0.8x)\n",
+		*sizeMiB, direct/(1<<20), through/(1<<20), through/direct)
+
+	// Connection rate: one Python process opens and closes N connections in sequence.
+	py := `python3 -c '
+import socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+t = time.perf_counter()
+for i in range(n):
+    s = socket.create_connection(addr); s.sendall(b"HEAD /?mib=0 HTTP/1.1\r\nHost: bench.test\r\n\r\n"); s.recv(1024); s.close()
+print(n / (time.perf_counter() - t))
+' %s %d %d`
+	cd := rate(run(env, project, "sh", "-c", fmt.Sprintf(py, "127.0.0.1", port, *conns)))
+	cg := rate(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", fmt.Sprintf(py, "bench.test", port, *conns)))
+	fmt.Printf("new connections (request + response each): direct %.0f/s, through the gateway %.0f/s (%.2fx; target >= 5000/s); added per connection %.0f µs\n",
+		cd, cg, cg/cd, (1/cg-1/cd)*1e6)
+}
+
+func run(env []string, dir string, name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	cmd.Env, cmd.Dir, cmd.Stderr = env, dir, os.Stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		check(fmt.Errorf("%s %v: %w", name, args, err))
+	}
+	_ = start
+	return strings.TrimSpace(string(out))
+}
+
+func speed(s string) float64 { return parse(s) }
+func rate(s string) float64  { return parse(s) }
+
+func parse(s string) float64 {
+	f, err := strconv.ParseFloat(strings.Fields(s + " 0")[0], 64)
+	check(err)
+	return f
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
