@@ -27,6 +27,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/hostname"
 )
 
 // Policy says which names the DNS answers. It is the part of egress.Policy the DNS needs, declared
@@ -269,27 +270,8 @@ func transient(err error) bool {
 // Anything else (an escaped dot or byte, a wildcard, an empty label) is never a name the policy
 // could allow, so it is refused before the policy is asked.
 func hostName(name string) (string, bool) {
-	b := []byte(strings.TrimSuffix(name, "."))
-	if len(b) == 0 || len(b) > 253 {
-		return "", false
-	}
-	label := 0
-	for i, c := range b {
-		switch {
-		case c >= 'A' && c <= 'Z':
-			b[i] = c + 'a' - 'A'
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-		case c == '.' && label > 0:
-			label = 0
-			continue
-		default:
-			return "", false
-		}
-		if label++; label > 63 {
-			return "", false
-		}
-	}
-	return string(b), label > 0
+	n, err := hostname.Normalize(name)
+	return n, err == nil
 }
 
 // sanitizeName is a name as the audit log shows it when it is not a plain host name: lower-cased and

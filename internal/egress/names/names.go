@@ -15,6 +15,8 @@ import (
 	"math"
 	"net/netip"
 	"sync"
+
+	"github.com/cordon-sandbox/cordon/internal/hostname"
 )
 
 // DefaultV4 returns the IPv4 range New assigns from. It is a function so no caller can change it.
@@ -192,32 +194,4 @@ func offset(base, addr netip.Addr) (uint64, bool) {
 
 // canonical returns name lower-case without a trailing dot, refusing what is not a plain host name:
 // an address must never stand for a string the gateway could not dial or the policy could not match.
-func canonical(name string) (string, error) {
-	b := []byte(name)
-	if len(b) > 0 && b[len(b)-1] == '.' {
-		b = b[:len(b)-1]
-	}
-	if len(b) == 0 || len(b) > 253 {
-		return "", fmt.Errorf("%q is not a host name (length)", name)
-	}
-	label := 0
-	for i, c := range b {
-		switch {
-		case c >= 'A' && c <= 'Z':
-			b[i] = c + 'a' - 'A'
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-		case c == '.' && label > 0:
-			label = 0
-			continue
-		default:
-			return "", fmt.Errorf("%q is not a host name", name)
-		}
-		if label++; label > 63 {
-			return "", fmt.Errorf("%q is not a host name (label longer than 63)", name)
-		}
-	}
-	if label == 0 {
-		return "", fmt.Errorf("%q is not a host name (empty label)", name)
-	}
-	return string(b), nil
-}
+func canonical(name string) (string, error) { return hostname.Normalize(name) }

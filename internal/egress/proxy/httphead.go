@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/hostname"
 )
 
 // The gateway reads HTTP/1.x heads itself rather than with net/http, for two reasons: net/http's
@@ -318,23 +320,7 @@ func parseAuthority(s string, needPort bool) (authority, error) {
 
 // checkName accepts an ASCII DNS name (letters, digits, '-', '_'; labels of 1 to 63 bytes; at most 253
 // bytes). Anything else, percent-encoding and userinfo included, is not a name the gateway can judge.
-func checkName(s string) error {
-	if s == "" || len(s) > 253 {
-		return errors.New("empty or longer than 253 bytes")
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if len(label) == 0 || len(label) > 63 {
-			return errors.New("empty or over-long label")
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return fmt.Errorf("byte 0x%02x", c)
-			}
-		}
-	}
-	return nil
-}
+func checkName(s string) error { return hostname.Check(s) }
 
 // numericLabel reports a name whose last label is all digits or hex ("0x7f"): no top-level domain
 // looks like that, but inet_aton-style parsers read such names as IPv4 addresses.

@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/hostname"
 )
 
 // Errors that Peek wraps, so that callers can tell "this is not TLS at all" (relay it as some other
@@ -290,23 +292,7 @@ func (h *Hello) parseALPN(data cursor) error {
 
 // checkHostName accepts a lower-case DNS name in ASCII (internationalised names travel as A-labels):
 // letters, digits, '-' and '_', labels of 1 to 63 bytes, 253 bytes in all, no trailing dot.
-func checkHostName(s string) error {
-	if len(s) > 253 {
-		return errors.New("longer than 253 bytes")
-	}
-	for label := range strings.SplitSeq(s, ".") {
-		if len(label) == 0 || len(label) > 63 {
-			return errors.New("empty or over-long label")
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return fmt.Errorf("byte 0x%02x is not allowed in a host name", c)
-			}
-		}
-	}
-	return nil
-}
+func checkHostName(s string) error { return hostname.Check(s) }
 
 func malformed(what string) error {
 	return fmt.Errorf("sni: bad %s: %w", what, ErrMalformed)
