@@ -135,9 +135,12 @@ def ok(name): print("ESCAPED:" + name)
 if libc.unshare(0x10000000|0x20000) == 0 and libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0: ok("mount")`, "all"},
 		{"mount directly", `ok("mount") if libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == 0 else None`, "none"},
 		{"ptrace sibling", `
-p = subprocess.Popen(["sleep", "30"])
-if libc.ptrace(16, p.pid, 0, 0) == 0: ok("ptrace")
-p.kill()`, "all"},
+p = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if libc.ptrace(16, p.pid, 0, 0) == 0:
+    ok("ptrace")
+    os.waitpid(p.pid, 0)
+    libc.ptrace(17, p.pid, 0, 0)
+p.kill(); p.wait()`, "all"},
 		{"TIOCSTI", `
 m, s = os.openpty()
 if libc.ioctl(s, ctypes.c_ulong(0x5412), ctypes.c_char_p(b"x")) == 0: ok("tiocsti")`, "root"},

@@ -173,6 +173,9 @@ func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
+	// A probe that leaves a process holding its output (an attack that half-worked) must not hang the
+	// suite: give up on the pipes a while after the command itself exited.
+	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
