@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -62,6 +65,10 @@ func TestEgressAllowlist(t *testing.T) {
 			"python socket":     `python3 -c 'import socket; s = socket.create_connection(("%s", %d), 10); s.sendall(b"GET / HTTP/1.1\r\nHost: pkg.test\r\nConnection: close\r\n\r\n"); print(s.recv(4096).decode())'`,
 			"bash dev tcp":      `bash -c 'exec 3<>/dev/tcp/%s/%d && printf "GET / HTTP/1.1\r\nHost: pkg.test\r\nConnection: close\r\n\r\n" >&3 && cat <&3'`,
 			"python urllib env": `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode())'`,
+		}
+		if _, err := exec.LookPath("node"); err == nil {
+			// node's fetch ignores HTTP_PROXY: the transparent path.
+			probes["node fetch"] = `node -e 'fetch("http://%s:%d/").then(r => r.text()).then(console.log, e => { console.error(e); process.exit(1) })'`
 		}
 		for name, probe := range probes {
 			t.Run(name, func(t *testing.T) {
@@ -189,6 +196,49 @@ func TestEgressTLSAndResolution(t *testing.T) {
 		unpinned := fmt.Sprintf("network:\n  allow:\n    - {host: example.com, ports: [%d]}\n  dns: {upstream: [%q]}\n", port, addr)
 		if r := h.sandboxed(unpinned, fmt.Sprintf("curl -sS -m 10 --noproxy '*' --cacert ca.pem https://example.com:%d/", port)); strings.Contains(r.stdout, want) {
 			t.Fatalf("an allowed name resolving to the host's loopback was dialed:\n%s", r)
+		}
+	})
+}
+
+// TestEgressGitSmartHTTP: real git inside the sandbox clones from and pushes to a git http-backend
+// over HTTPS through the gateway; the same clone from a name the policy does not allow fails.
+func TestEgressGitSmartHTTP(t *testing.T) {
+	requireTool(t, "git")
+	backend, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Skipf("git --exec-path: %v", err)
+	}
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		root := t.TempDir()
+		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
+		setup := exec.Command("sh", "-ec", `git init -q --bare -b main repo.git && git -C repo.git config http.receivepack true
+git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../repo.git main`)
+		setup.Dir, setup.Env = root, append(os.Environ(), gitEnv...)
+		if out, err := setup.CombinedOutput(); err != nil {
+			t.Fatalf("setup: %v\n%s", err, out)
+		}
+		srv := httptest.NewTLSServer(&cgi.Handler{
+			Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
+			Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+		})
+		t.Cleanup(srv.Close)
+		port := srv.Listener.Addr().(*net.TCPAddr).Port
+		h.writeFile(filepath.Join(h.ws, "ca.pem"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})), 0o644)
+		pol := fmt.Sprintf("network:\n  allow:\n    - {host: example.com, ports: [%d]}\n  hosts: {example.com: 127.0.0.1, other.test: 127.0.0.1}\n", port)
+		script := `export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@a GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@a
+git -c http.sslCAInfo=$PWD/ca.pem clone -q https://%s:%d/repo.git clone && cd clone && cat README &&
+echo agent > AGENT && git add AGENT && git commit -qm agent && git -c http.sslCAInfo=$PWD/../ca.pem push -q origin main && echo PUSHED`
+		r := h.sandboxed(pol, fmt.Sprintf(script, "example.com", port))
+		if !strings.Contains(r.stdout, "hello") || !strings.Contains(r.stdout, "PUSHED") {
+			t.Fatalf("git clone and push to an allowed host failed:\n%s", r)
+		}
+		log := exec.Command("git", "-C", filepath.Join(root, "repo.git"), "log", "--format=%s", "main")
+		log.Env = append(os.Environ(), gitEnv...)
+		if out, err := log.Output(); err != nil || !strings.Contains(string(out), "agent") {
+			t.Fatalf("the push did not reach the upstream repository: %q %v", out, err)
+		}
+		if r := h.sandboxed(pol, fmt.Sprintf(script, "other.test", port)); strings.Contains(r.stdout, "hello") {
+			t.Fatalf("git cloned from a host the policy does not allow:\n%s", r)
 		}
 	})
 }
