@@ -90,9 +90,16 @@ func (a *app) cmdRun(args []string) int {
 	}
 	backend.RunName = "cordon-" + run.Meta.ID
 	spec, err := a.buildSpec(pol, project, argv, run, id)
+	var gw *gateway.Gateway
 	if err == nil && pol.Network != nil {
-		// init creates the gateway's sockets and rules inside the sandbox before the command exists;
-		// if it cannot, the command does not start.
+		// The gateway is prepared (policy matched, presets read, audit log open) before anything runs;
+		// init creates its sockets and rules inside the sandbox before the command exists. If either
+		// fails, the command does not start.
+		gw, err = gateway.New(gateway.Config{
+			Network: pol.Network, Presets: presets.Source{Env: a.env},
+			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
+			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
+		})
 		p := gateway.Ports()
 		spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
 		spec.ResolvConf = gateway.ResolvConf()
@@ -107,18 +114,13 @@ func (a *app) cmdRun(args []string) int {
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = streams.Stdin, streams.Stdout, streams.Stderr, streams.TTY
 	spec.TTYRows, spec.TTYCols = streams.Rows, streams.Cols
-	var gw *gateway.Gateway
 	serveEgress := func(sb sandbox.Sandbox) error {
-		if spec.Egress == nil {
+		if gw == nil {
 			return nil
 		}
 		set, err := netns.FromFiles(sb.EgressSockets())
 		if err == nil {
-			gw, err = gateway.Start(gateway.Config{
-				Sockets: set, Network: pol.Network, Presets: presets.Source{Env: a.env},
-				Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
-				Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
-			})
+			gw.Serve(set)
 		}
 		return err
 	}
@@ -128,7 +130,9 @@ func (a *app) cmdRun(args []string) int {
 		if err != nil {
 			a.warn(fmt.Sprintf("gateway: %v", err))
 		}
-		fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", sum, run.Meta.ID)
+		if started {
+			fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", sum, run.Meta.ID)
+		}
 	}
 	if !started {
 		a.dropRun(run)

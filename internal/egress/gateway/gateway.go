@@ -28,9 +28,6 @@ func Ports() netns.Ports { return netns.Ports{Transparent: 15001, Proxy: 3128, D
 
 // Config is what one sandbox's gateway needs.
 type Config struct {
-	// Sockets are the gateway's sockets, created inside the sandbox's network namespace (by its init,
-	// which also installed the rules that send all traffic to them). Start takes ownership.
-	Sockets *netns.Set
 	// Network is the policy's network section; it must not be nil (no section means no gateway).
 	Network *policy.Network
 	// Presets expands network.presets; nil refuses any preset.
@@ -45,10 +42,14 @@ type Config struct {
 	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
-// Gateway is a running gateway.
+// Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
+// cannot enforce stops the run before anything runs), serving once Serve hands it the sockets.
 type Gateway struct {
 	log     *audit.Log
+	proxy   *proxy.Gateway
+	dns     *dns.Server
 	sockets *netns.Set
+	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -56,31 +57,19 @@ type Gateway struct {
 	errs []error
 }
 
-// Start sets the gateway up and serves it until Close. On any error nothing is left listening and the
-// caller must not start the sandbox's command: egress without the gateway's rules would be unguarded.
-func Start(cfg Config) (*Gateway, error) {
+// New prepares the gateway: the policy matcher (presets expanded), the name mapper, the audit log and
+// the handlers. Any error means the run must not start.
+func New(cfg Config) (*Gateway, error) {
 	if cfg.Network == nil {
-		cfg.Sockets.Close()
 		return nil, errors.New("gateway: no network policy")
 	}
 	matcher, err := cfg.Network.Matcher(cfg.Presets)
 	if err != nil {
-		cfg.Sockets.Close()
 		return nil, fmt.Errorf("gateway: network policy: %w", err)
 	}
 	mapper, err := names.New()
 	if err != nil {
-		cfg.Sockets.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	if cfg.Sockets == nil {
-		return nil, errors.New("gateway: no sockets")
-	}
-	sockets := cfg.Sockets
-	log, err := audit.NewLog(cfg.AuditPath)
-	if err != nil {
-		sockets.Close()
-		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
 	lookup := cfg.LookupNetIP
 	if lookup == nil {
@@ -101,38 +90,43 @@ func Start(cfg Config) (*Gateway, error) {
 		}
 		cfg.Notify(line)
 	}
+	log, err := audit.NewLog(cfg.AuditPath)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: audit log: %w", err)
+	}
 	px, err := proxy.New(proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: netns.OrigDst, Notify: notify,
 	})
-	if err != nil {
-		sockets.Close()
-		log.Close()
-		return nil, fmt.Errorf("gateway: %w", err)
+	if err == nil {
+		var d *dns.Server
+		if d, err = dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname}); err == nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			return &Gateway{log: log, proxy: px, dns: d, ctx: ctx, cancel: cancel}, nil
+		}
 	}
-	dnsServer, err := dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname})
-	if err != nil {
-		sockets.Close()
-		log.Close()
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
+	log.Close()
+	return nil, fmt.Errorf("gateway: %w", err)
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &Gateway{log: log, sockets: sockets, cancel: cancel}
+// Serve serves the sockets the sandbox's init created (and whose traffic its rules send here) until
+// Close. It takes ownership of them.
+func (g *Gateway) Serve(sockets *netns.Set) {
+	g.sockets = sockets
+	ctx := g.ctx
 	for _, ln := range sockets.Transparent {
-		g.serve(func() error { return px.Transparent(ctx, ln) })
+		g.serve(func() error { return g.proxy.Transparent(ctx, ln) })
 	}
 	for _, ln := range sockets.Proxy {
-		g.serve(func() error { return px.Explicit(ctx, ln) })
+		g.serve(func() error { return g.proxy.Explicit(ctx, ln) })
 	}
 	for i, pc := range sockets.DNSUDP {
 		var l net.Listener
 		if i < len(sockets.DNSTCP) {
 			l = sockets.DNSTCP[i]
 		}
-		g.serve(func() error { return dnsServer.Serve(ctx, pc, l) })
+		g.serve(func() error { return g.dns.Serve(ctx, pc, l) })
 	}
-	return g, nil
 }
 
 // serve runs one server; an error from it is kept for Close. A server that stops closes its sockets,
@@ -168,7 +162,9 @@ func Env() []string {
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.
 func (g *Gateway) Close() (audit.Summary, error) {
 	g.cancel()
-	g.sockets.Close()
+	if g.sockets != nil {
+		g.sockets.Close()
+	}
 	g.wg.Wait()
 	sum := g.log.Summary()
 	err := g.log.Close()
