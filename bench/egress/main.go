@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -24,9 +25,19 @@ func main() {
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
 	sizeMiB := flag.Int("size", 1024, "download size in MiB")
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
+	concurrent := flag.Int("concurrent", 10000, "connections held open at once")
 	flag.Parse()
 	bin, err := filepath.Abs(*cordon)
 	check(err)
+	// The gateway holds two descriptors per relayed connection; give cordon (inherited by the child)
+	// room for the concurrency test where the caller may raise its limit.
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Max < 1<<20 {
+		want := syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
+			fmt.Printf("note: cannot raise the open-file limit above %d; the concurrency test may hit it\n", lim.Max)
+		}
+	}
 
 	block := bytes.Repeat([]byte("cordon-bench-"), 1<<16/13+1)[:1<<16]
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,6 +86,64 @@ print(n / (time.perf_counter() - t))
 	cg := rate(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", fmt.Sprintf(py, "bench.test", port, *conns)))
 	fmt.Printf("new connections (request + response each): direct %.0f/s, through the gateway %.0f/s (%.2fx; target >= 5000/s); added per connection %.0f µs\n",
 		cd, cg, cg/cd, (1/cg-1/cd)*1e6)
+
+	holdOpen(bin, dir, project, env, port, *concurrent)
+}
+
+// holdOpen opens n connections at once through the gateway, checks each got an answer, closes them,
+// and compares cordon's open descriptors while they were open and after they were closed.
+func holdOpen(bin, dir, project string, env []string, port, n int) {
+	pol := filepath.Join(dir, "policy-concurrent.yaml")
+	check(os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nnetwork:\n  allow: [{host: bench.test, ports: [%d]}]\n  hosts: {bench.test: 127.0.0.1}\nlimits: {openFiles: %d}\n", port, n+1000)), 0o644))
+	py := fmt.Sprintf(`python3 -c '
+import socket, sys, time
+addr = socket.getaddrinfo("bench.test", %d, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+socks, errors = [], 0
+for i in range(%d):
+    try:
+        s = socket.create_connection(addr, 10); socks.append(s)
+    except OSError: errors += 1
+ok = 0
+for s in socks:
+    s.sendall(b"HEAD /?mib=0 HTTP/1.1\r\nHost: bench.test\r\n\r\n")
+for s in socks:
+    try:
+        if s.recv(64).startswith(b"HTTP/1.1 200"): ok += 1
+    except OSError: errors += 1
+print("OPEN", len(socks), "answered", ok, "errors", errors, flush=True)
+time.sleep(2)
+for s in socks: s.close()
+print("CLOSED", flush=True)
+time.sleep(2)
+'`, port, n)
+	cmd := exec.Command(bin, "run", "--policy", pol, "--", "sh", "-c", py)
+	cmd.Env, cmd.Dir, cmd.Stderr = env, project, os.Stderr
+	out, err := cmd.StdoutPipe()
+	check(err)
+	check(cmd.Start())
+	buf := make([]byte, 4096)
+	var seen string
+	var fdsOpen, fdsClosed int
+	for !strings.Contains(seen, "CLOSED") {
+		k, err := out.Read(buf)
+		if err != nil {
+			break
+		}
+		seen += string(buf[:k])
+		if strings.Contains(seen, "OPEN") && fdsOpen == 0 {
+			fdsOpen = countFDs(cmd.Process.Pid)
+		}
+	}
+	time.Sleep(time.Second)
+	fdsClosed = countFDs(cmd.Process.Pid)
+	cmd.Wait()
+	fmt.Printf("%d concurrent connections: %s; cordon's descriptors: %d while open, %d after they closed\n",
+		n, strings.TrimSpace(strings.SplitN(seen, "\n", 2)[0]), fdsOpen, fdsClosed)
+}
+
+func countFDs(pid int) int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents)
 }
 
 func run(env []string, dir string, name string, args ...string) string {
