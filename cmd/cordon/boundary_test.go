@@ -446,6 +446,17 @@ func TestPolicyMounts(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
 			t.Fatal("a write to a readonly path reached the host")
 		}
+		// Paths that would undo another boundary are refused before anything runs: writable inside
+		// the workspace (writes would skip review), or overlapping cordon's state (other runs' changes).
+		os.MkdirAll(filepath.Join(h.ws, "sub"), 0o755)
+		for _, bad := range []string{
+			fmt.Sprintf("filesystem:\n  readwrite: [%q]\n", filepath.Join(h.ws, "sub")),
+			fmt.Sprintf("filesystem:\n  readonly: [%q]\n", h.home),
+		} {
+			if r := h.sandboxed(bad, "echo STARTED"); r.code != exitCordon || strings.Contains(r.stdout, "STARTED") {
+				t.Errorf("policy %q was accepted:\n%s", bad, r)
+			}
+		}
 	})
 }
 

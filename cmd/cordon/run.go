@@ -380,6 +380,9 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 	for _, p := range pol.Filesystem.ReadWrite {
 		spec.Mounts = append(spec.Mounts, a.mount(p, true)...)
 	}
+	if err := a.checkMounts(spec.Mounts, project); err != nil {
+		return nil, err
+	}
 	if spec.Masks, err = denyMasks(project, pol.Filesystem.Deny); err != nil {
 		return nil, err
 	}
@@ -390,6 +393,26 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 		}
 	}
 	return spec, nil
+}
+
+// checkMounts refuses policy paths that would undo another boundary: a writable path inside the
+// project (the agent's writes would reach the project directly, past the review and the persistence
+// guard) and any path overlapping cordon's state (other runs' changes, audit logs, the run's own
+// layers).
+func (a *app) checkMounts(mounts []sandbox.Mount, project string) error {
+	state := a.store().Root
+	if real, err := filepath.EvalSymlinks(state); err == nil {
+		state = real
+	}
+	for _, m := range mounts {
+		if within(m.Source, state) || within(state, m.Source) {
+			return fmt.Errorf("filesystem: %s overlaps cordon's state directory %s; the agent must not see other runs or its own layers", m.Source, state)
+		}
+		if m.Writable && within(m.Source, project) {
+			return fmt.Errorf("filesystem.readwrite: %s is inside the workspace, whose changes go through review; remove it from the policy", m.Source)
+		}
+	}
+	return nil
 }
 
 // mount resolves a policy path on the host. A path that does not exist is skipped with a warning:

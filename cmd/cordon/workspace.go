@@ -149,7 +149,7 @@ func (a *app) cmdDiscard(args []string) int {
 func (a *app) cmdGC(args []string) int {
 	const usage = "gc [--older-than 7d]"
 	fl := a.flags("gc", usage)
-	older := fl.String("older-than", "7d", "remove applied, exported and discarded runs older than this (e.g. 36h, 7d)")
+	older := fl.String("older-than", "7d", "remove applied and discarded runs (exported ones are kept) older than this (e.g. 36h, 7d)")
 	if code, ok := a.parse(fl, usage, args); !ok {
 		return code
 	}

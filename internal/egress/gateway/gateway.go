@@ -129,8 +129,9 @@ func (g *Gateway) Serve(sockets *netns.Set) {
 	}
 }
 
-// serve runs one server; an error from it is kept for Close. A server that stops closes its sockets,
-// so that part of egress stops with it: the gateway fails closed.
+// serve runs one server; an error from it is kept for Close. A server that fails stops the whole
+// gateway and closes every socket, so egress stops with it rather than limping on half served: the
+// gateway fails closed.
 func (g *Gateway) serve(fn func() error) {
 	g.wg.Add(1)
 	go func() {
@@ -139,6 +140,8 @@ func (g *Gateway) serve(fn func() error) {
 			g.mu.Lock()
 			g.errs = append(g.errs, err)
 			g.mu.Unlock()
+			g.cancel()
+			g.sockets.Close()
 		}
 	}()
 }

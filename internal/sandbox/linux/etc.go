@@ -13,11 +13,12 @@ import (
 // etcAllow lists what of the host's /etc programs need and that holds no secret: loader and locale
 // configuration, the public CA bundle, shell start-up files, interpreters' system configuration. What
 // is not listed is not there: shadow, sudoers, ssh, ssl/private, machine-id, package managers'
-// configuration with possible tokens (npmrc, pip.conf), gitconfig with possible credential helpers.
+// configuration with possible tokens (npmrc, pip.conf), gitconfig with possible credential helpers,
+// environment (pam_env's file, where proxy credentials and tokens end up).
 // A user who wants more names it in filesystem.readonly.
 var etcAllow = []string{
 	"alternatives", "bash.bashrc", "bash_completion.d", "ca-certificates", "ca-certificates.conf",
-	"debian_version", "environment", "ethertypes", "fonts", "gai.conf", "host.conf", "inputrc",
+	"debian_version", "ethertypes", "fonts", "gai.conf", "host.conf", "inputrc",
 	"issue", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "locale.conf", "locale.gen",
 	"localtime", "login.defs", "lsb-release", "magic", "magic.mime", "manpath.config", "mime.types",
 	"netconfig", "networks", "nsswitch.conf", "os-release", "perl", "profile", "profile.d",
