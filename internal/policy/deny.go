@@ -123,3 +123,9 @@ func (g glob) match(names []string) []bool {
 	}
 	return ok
 }
+
+// checkGlob validates a workspace glob as Deny and Secrets.Allow take it.
+func checkGlob(s string) (string, error) {
+	_, err := compileGlob(s)
+	return s, err
+}

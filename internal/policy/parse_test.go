@@ -20,6 +20,7 @@ func examplePolicy() *Policy {
 			ReadOnly:  []string{"/home/a/.gitconfig", "/opt/tools"},
 			ReadWrite: []string{"/home/a/.cache/go-build"},
 			Deny:      []string{"**/.env", "*.pem", "secrets/"},
+			Secrets:   Secrets{Allow: []string{"testdata/**"}},
 		},
 		Env: Env{
 			Pass: []string{"GOFLAGS", "ANTHROPIC_BASE_URL"},
@@ -53,7 +54,7 @@ func examplePolicy() *Policy {
 			{
 				Name:   "NPM_TOKEN",
 				From:   Source{File: "/home/a/.config/cordon/npm-token"},
-				Inject: Inject{Hosts: []string{"registry.npmjs.org"}, Scheme: SchemeBearer},
+				Inject: Inject{Hosts: []string{"npm.internal.example"}, Scheme: SchemeBearer},
 			},
 			{
 				Name: "GH_TOKEN",
@@ -68,6 +69,11 @@ func examplePolicy() *Policy {
 				Name:   "DEPLOY_TOKEN",
 				From:   Source{Command: []string{"pass", "show", "deploy-token"}},
 				Inject: Inject{Hosts: []string{"deploy.internal.example"}, Header: "X-Deploy-Token", Body: true},
+			},
+			{
+				Name:   "AWS",
+				From:   Source{AWS: &AWS{Profile: "default"}},
+				Inject: Inject{Hosts: []string{"*.amazonaws.com"}},
 			},
 		},
 		Source: "testdata/example.yaml",
@@ -86,7 +92,7 @@ func TestParseExample(t *testing.T) {
 	if want := examplePolicy(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", got, want)
 	}
-	kinds := []string{"env", "file", "githubApp", "command"}
+	kinds := []string{"env", "file", "githubApp", "command", "aws"}
 	for i, c := range got.Credentials {
 		if c.From.Kind() != kinds[i] {
 			t.Errorf("credentials[%d].From.Kind() = %q, want %q", i, c.From.Kind(), kinds[i])
@@ -181,7 +187,7 @@ func TestParseErrors(t *testing.T) {
 
 		// filesystem
 		{"fs not mapping", "version: 1\nfilesystem: [a]\n", "2:13: filesystem: expected a mapping, got a list"},
-		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny)"},
+		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny, secrets)"},
 		{"fs relative", "version: 1\nfilesystem:\n  readonly: [tools]\n", `3:14: filesystem.readonly[0]: "tools" is relative (expected an absolute path or one starting with ~/)`},
 		{"fs tilde user", "version: 1\nfilesystem:\n  readwrite: [~bob/x]\n", `3:15: filesystem.readwrite[0]: "~bob/x": ~user is not supported (expected an absolute path or one starting with ~/)`},
 		{"fs root", "version: 1\nfilesystem:\n  readwrite: [/]\n", `3:15: filesystem.readwrite[0]: "/" would expose the host's whole file system`},
@@ -268,14 +274,14 @@ func TestParseErrors(t *testing.T) {
 		{"cred bad name", "version: 1\ncredentials:\n  - name: my-token\n", `3:11: credentials[0].name: "my-token" is not a valid variable name (expected letters, digits and _, not starting with a digit)`},
 		{"cred no from", cred("    inject: {host: a.com, header: X}\n"), "3:5: credentials[0]: from is required"},
 		{"cred no inject", cred("    from: {env: A}\n"), "3:5: credentials[0]: inject is required"},
-		{"cred no source", cred("    from: {}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp"},
-		{"cred two sources", cred("    from: {env: A, file: /a}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp (found env and file)"},
-		{"cred unknown source", cred("    from: {vault: x}\n"), "4:12: credentials[0].from.vault: unknown field (expected one of env, file, command, githubApp)"},
+		{"cred no source", cred("    from: {}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws"},
+		{"cred two sources", cred("    from: {env: A, file: /a}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws (found env and file)"},
+		{"cred unknown source", cred("    from: {vault: x}\n"), "4:12: credentials[0].from.vault: unknown field (expected one of env, file, command, githubApp, aws)"},
 		{"cred env name", cred("    from: {env: \"A B\"}\n"), `4:17: credentials[0].from.env: "A B" is not a valid variable name (expected letters, digits and _, not starting with a digit)`},
 		{"cred file relative", cred("    from: {file: token}\n"), `4:18: credentials[0].from.file: "token" is relative (expected an absolute path or one starting with ~/)`},
 		{"cred command string", cred("    from: {command: gh auth token}\n"), `4:21: credentials[0].from.command: expected a list, got "gh auth token"`},
 		{"cred command empty", cred("    from: {command: []}\n"), "4:21: credentials[0].from.command: expected a program and its arguments, e.g. [gh, auth, token]"},
-		{"gh missing perms", cred("    from: {githubApp: {appId: 1, privateKeyFile: /k, repositories: [a/b]}}\n"), "4:23: credentials[0].from.githubApp: permissions is required"},
+		{"gh missing perms", cred("    from: {githubApp: {appId: 1, privateKeyFile: /k, installationId: 2, repositories: [a/b]}}\n"), "4:23: credentials[0].from.githubApp: permissions is required"},
 		{"gh bad repo", cred("    from: {githubApp: {appId: 1, privateKeyFile: /k, repositories: [app]}}\n"), `4:69: credentials[0].from.githubApp.repositories[0]: "app" is not a repository (expected owner/name)`},
 		{"gh no repos", cred("    from: {githubApp: {appId: 1, repositories: []}}\n"), "4:48: credentials[0].from.githubApp.repositories: expected at least one repository (owner/name)"},
 		{"gh bad level", cred("    from: {githubApp: {appId: 1, permissions: {contents: all}}}\n"), `4:58: credentials[0].from.githubApp.permissions.contents: "all" is not an access level (expected read, write or admin)`},
@@ -284,7 +290,14 @@ func TestParseErrors(t *testing.T) {
 		{"gh app id", cred("    from: {githubApp: {appId: 0}}\n"), "4:31: credentials[0].from.githubApp.appId: 0 is out of range (expected at least 1)"},
 		{"gh api url", cred("    from: {githubApp: {apiURL: \"http://github.example\"}}\n"), `4:32: credentials[0].from.githubApp.apiURL: "http://github.example" is not an API URL (expected https://host[/path])`},
 		{"inject no host", cred("    from: {env: A}\n    inject: {header: X}\n"), "5:13: credentials[0].inject: host is required"},
-		{"inject wildcard", cred("    from: {env: A}\n    inject: {host: \"*.a.com\", header: X}\n"), `5:20: credentials[0].inject.host: "*.a.com": a wildcard is not allowed here (expected an exact host name)`},
+		{"inject wildcard too broad", cred("    from: {env: A}\n    inject: {host: \"*.com\", header: X}\n"), `5:20: credentials[0].inject.host: wildcard "*.com" is too broad (expected at least two labels after "*.")`},
+		{"gh missing installation", cred("    from: {githubApp: {appId: 1, privateKeyFile: /k, repositories: [a/b], permissions: {contents: read}}}\n"), "4:23: credentials[0].from.githubApp: installationId is required"},
+		{"aws neither", cred("    from: {aws: {}}\n"), "4:17: credentials[0].from.aws: set exactly one of profile (the AWS shared credentials file) or env: true"},
+		{"aws both", cred("    from: {aws: {profile: p, env: true}}\n"), "4:17: credentials[0].from.aws: set exactly one of profile (the AWS shared credentials file) or env: true"},
+		{"aws env false", cred("    from: {aws: {env: false}}\n"), "4:23: credentials[0].from.aws.env: env: false takes nothing from anywhere (set env: true or a profile)"},
+		{"aws with header", cred("    from: {aws: {env: true}}\n    inject: {host: \"*.amazonaws.com\", header: X}\n"), "5:13: credentials[0].inject: an aws credential signs requests: it takes only host (no header, scheme or body)"},
+		{"secrets bad glob", "version: 1\nfilesystem: {secrets: {allow: [\"a/[\"]}}\n", `2:32: filesystem.secrets.allow[0]: "a/[" is not a valid glob: syntax error in pattern`},
+		{"secrets scan not bool", "version: 1\nfilesystem: {secrets: {scan: maybe}}\n", `2:30: filesystem.secrets.scan: expected true or false, got "maybe"`},
 		{"inject host list", cred("    from: {env: A}\n    inject: {host: [a.com, \"b.com:443\"], header: X}\n"), `5:28: credentials[0].inject.host[1]: "b.com:443" must be a host name (no port; list ports separately)`},
 		{"inject empty hosts", cred("    from: {env: A}\n    inject: {host: [], header: X}\n"), "5:20: credentials[0].inject.host: expected at least one host"},
 		{"inject header and scheme", cred("    from: {env: A}\n    inject: {host: a.com, header: X, scheme: bearer}\n"), "5:13: credentials[0].inject: set header or scheme, not both (scheme uses the Authorization header)"},

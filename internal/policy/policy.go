@@ -44,6 +44,18 @@ type Filesystem struct {
 	ReadOnly, ReadWrite []string
 	// Deny are gitignore-like globs relative to the workspace whose matches are masked; see CompileDeny.
 	Deny []string
+	// Secrets controls the scan for secret-shaped files in the workspace before the agent starts.
+	Secrets Secrets
+}
+
+// Secrets controls the workspace's secret scan. By default every secret-shaped file found (an .env, a
+// private key, a file holding a token or a production connection string) is masked, because the agent
+// reading it by accident is the common way such a secret leaks; Allow is the user's explicit exception.
+type Secrets struct {
+	// NoScan turns the scan off (secrets: {scan: false}).
+	NoScan bool
+	// Allow are globs, as in Deny, of files the user lets the agent read although they look secret.
+	Allow []string
 }
 
 // Env says which variables enter the sandbox's otherwise empty environment.
@@ -137,6 +149,18 @@ type Source struct {
 	Command []string
 	// GitHubApp mints a short-lived, repository-scoped installation token.
 	GitHubApp *GitHubApp
+	// AWS is an AWS access key pair (and session token, if any); the agent gets placeholder keys and the
+	// gateway re-signs its requests.
+	AWS *AWS
+}
+
+// AWS says where an AWS key pair comes from. Exactly one field is set.
+type AWS struct {
+	// Profile names a profile of the AWS shared credentials file ($AWS_SHARED_CREDENTIALS_FILE, else
+	// ~/.aws/credentials).
+	Profile string
+	// Env takes AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from cordon's environment.
+	Env bool
 }
 
 // Kind names the source's form as it is spelled in the policy file.
@@ -150,6 +174,8 @@ func (s Source) Kind() string {
 		return "command"
 	case s.GitHubApp != nil:
 		return "githubApp"
+	case s.AWS != nil:
+		return "aws"
 	}
 	return ""
 }
@@ -158,7 +184,7 @@ func (s Source) Kind() string {
 type GitHubApp struct {
 	AppID          int64
 	PrivateKeyFile string
-	// InstallationID is optional: zero means look it up from Repositories.
+	// InstallationID is the app's installation on the repositories' owner.
 	InstallationID int64
 	// Repositories ("owner/name") the token is limited to.
 	Repositories []string
@@ -179,7 +205,7 @@ const (
 
 // Inject says where the gateway puts a credential's real value. Header and Scheme are exclusive.
 type Inject struct {
-	// Hosts are exact host names (no wildcards) the credential is bound to.
+	// Hosts are the host names or "*.domain" patterns (subdomains only) the credential is bound to.
 	Hosts []string
 	// Header is a header whose value is the credential as is.
 	Header string
@@ -188,6 +214,10 @@ type Inject struct {
 	// Body also replaces the placeholder in request bodies.
 	Body bool
 }
+
+// NeedsPlacement reports whether the source's kind needs Header, Scheme or Body to say where the value
+// goes: an AWS key pair is never sent as such, it signs requests.
+func (s Source) NeedsPlacement() bool { return s.AWS == nil }
 
 // Options carries what parsing needs from the caller.
 type Options struct {

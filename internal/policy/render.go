@@ -46,9 +46,15 @@ type docPolicy struct {
 }
 
 type docFilesystem struct {
-	ReadOnly  []string `yaml:"readonly,omitempty"`
-	ReadWrite []string `yaml:"readwrite,omitempty"`
-	Deny      []string `yaml:"deny,omitempty"`
+	ReadOnly  []string    `yaml:"readonly,omitempty"`
+	ReadWrite []string    `yaml:"readwrite,omitempty"`
+	Deny      []string    `yaml:"deny,omitempty"`
+	Secrets   *docSecrets `yaml:"secrets,omitempty"`
+}
+
+type docSecrets struct {
+	Scan  bool     `yaml:"scan"`
+	Allow []string `yaml:"allow,omitempty"`
 }
 
 type docEnv struct {
@@ -110,12 +116,18 @@ type docSource struct {
 	File      string        `yaml:"file,omitempty"`
 	Command   []string      `yaml:"command,omitempty,flow"`
 	GitHubApp *docGitHubApp `yaml:"githubApp,omitempty"`
+	AWS       *docAWS       `yaml:"aws,omitempty"`
+}
+
+type docAWS struct {
+	Profile string `yaml:"profile,omitempty"`
+	Env     bool   `yaml:"env,omitempty"`
 }
 
 type docGitHubApp struct {
 	AppID          int64             `yaml:"appId"`
 	PrivateKeyFile string            `yaml:"privateKeyFile"`
-	InstallationID int64             `yaml:"installationId,omitempty"`
+	InstallationID int64             `yaml:"installationId"`
 	Repositories   []string          `yaml:"repositories"`
 	Permissions    map[string]string `yaml:"permissions"`
 	APIURL         string            `yaml:"apiURL,omitempty"`
@@ -131,7 +143,7 @@ type docInject struct {
 func (p *Policy) doc() docPolicy {
 	d := docPolicy{
 		Version:    p.Version,
-		Filesystem: docFilesystem(p.Filesystem),
+		Filesystem: docFilesystem{ReadOnly: p.Filesystem.ReadOnly, ReadWrite: p.Filesystem.ReadWrite, Deny: p.Filesystem.Deny},
 		Env:        docEnv(p.Env),
 		Limits: docLimits{
 			Pids:      p.Limits.Pids,
@@ -139,6 +151,9 @@ func (p *Policy) doc() docPolicy {
 			OpenFiles: p.Limits.OpenFiles,
 		},
 		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname},
+	}
+	if sec := p.Filesystem.Secrets; sec.NoScan || len(sec.Allow) > 0 {
+		d.Filesystem.Secrets = &docSecrets{Scan: !sec.NoScan, Allow: sec.Allow}
 	}
 	if p.Limits.Memory != 0 {
 		d.Limits.Memory = p.Limits.Memory.String()
@@ -187,6 +202,9 @@ func (p *Policy) doc() docPolicy {
 		}
 		if len(c.Inject.Hosts) == 1 {
 			dc.Inject.Host = c.Inject.Hosts[0]
+		}
+		if a := c.From.AWS; a != nil {
+			dc.From.AWS = &docAWS{Profile: a.Profile, Env: a.Env}
 		}
 		if g := c.From.GitHubApp; g != nil {
 			dg := docGitHubApp(*g)

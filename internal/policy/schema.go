@@ -85,10 +85,21 @@ func (d *decoder) filesystem(n *yaml.Node, path string) (fs Filesystem, err erro
 			return err
 		}},
 		field{"deny", func(v *yaml.Node, p string) (err error) {
-			fs.Deny, err = d.strs(v, p, func(s string) (string, error) {
-				_, err := compileGlob(s)
-				return s, err
-			})
+			fs.Deny, err = d.strs(v, p, checkGlob)
+			return err
+		}},
+		field{"secrets", func(v *yaml.Node, p string) error {
+			_, err := d.mapping(v, p,
+				field{"scan", func(v *yaml.Node, p string) error {
+					scan, err := d.boolean(v, p)
+					fs.Secrets.NoScan = !scan
+					return err
+				}},
+				field{"allow", func(v *yaml.Node, p string) (err error) {
+					fs.Secrets.Allow, err = d.strs(v, p, checkGlob)
+					return err
+				}},
+			)
 			return err
 		}},
 	)
@@ -425,19 +436,23 @@ func (d *decoder) credential(n *yaml.Node, path string) (c Credential, err error
 			c.From, err = d.source(v, p)
 			return err
 		}},
-		field{"inject", func(v *yaml.Node, p string) (err error) {
-			c.Inject, err = d.inject(v, p)
-			return err
+		field{"inject", func(v *yaml.Node, p string) error {
+			// Read after from, wherever it is written: what inject needs depends on the source.
+			return nil
 		}},
 	)
 	if err != nil {
 		return c, err
 	}
-	return c, d.require(n, path, seen, "name", "from", "inject")
+	if err := d.require(n, path, seen, "name", "from", "inject"); err != nil {
+		return c, err
+	}
+	c.Inject, err = d.inject(seen["inject"], path+".inject", c.From.NeedsPlacement())
+	return c, err
 }
 
 func (d *decoder) source(n *yaml.Node, path string) (s Source, err error) {
-	kinds := []string{"env", "file", "command", "githubApp"}
+	kinds := []string{"env", "file", "command", "githubApp", "aws"}
 	seen, err := d.mapping(n, path,
 		field{"env", func(v *yaml.Node, p string) error {
 			name, err := d.str(v, p)
@@ -466,6 +481,10 @@ func (d *decoder) source(n *yaml.Node, path string) (s Source, err error) {
 		}},
 		field{"githubApp", func(v *yaml.Node, p string) (err error) {
 			s.GitHubApp, err = d.githubApp(v, p)
+			return err
+		}},
+		field{"aws", func(v *yaml.Node, p string) (err error) {
+			s.AWS, err = d.aws(v, p)
 			return err
 		}},
 	)
@@ -549,19 +568,44 @@ func (d *decoder) githubApp(n *yaml.Node, path string) (*GitHubApp, error) {
 	}
 	// A token with every permission of the installation on every repository is what this is for
 	// avoiding, so repositories and permissions are required.
-	return g, d.require(n, path, seen, "appId", "privateKeyFile", "repositories", "permissions")
+	return g, d.require(n, path, seen, "appId", "privateKeyFile", "installationId", "repositories", "permissions")
 }
 
-func (d *decoder) inject(n *yaml.Node, path string) (in Inject, err error) {
+func (d *decoder) aws(n *yaml.Node, path string) (*AWS, error) {
+	a := &AWS{}
+	seen, err := d.mapping(n, path,
+		field{"profile", func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err == nil && (s == "" || strings.ContainsAny(s, "[]\n\r")) {
+				err = d.errf(v, p, "%q is not a profile name", s)
+			}
+			a.Profile = s
+			return err
+		}},
+		field{"env", func(v *yaml.Node, p string) (err error) {
+			a.Env, err = d.boolean(v, p)
+			if err == nil && !a.Env {
+				err = d.errf(v, p, "env: false takes nothing from anywhere (set env: true or a profile)")
+			}
+			return err
+		}},
+	)
+	if err == nil && (seen["profile"] == nil) == (seen["env"] == nil) {
+		err = d.errf(n, path, "set exactly one of profile (the AWS shared credentials file) or env: true")
+	}
+	return a, err
+}
+
+func (d *decoder) inject(n *yaml.Node, path string, needsPlacement bool) (in Inject, err error) {
 	seen, err := d.mapping(n, path,
 		field{"host", func(v *yaml.Node, p string) error {
 			if v.Kind == yaml.ScalarNode {
-				h, err := d.host(v, p, checkExactHost)
+				h, err := d.host(v, p, checkHostPattern)
 				in.Hosts = []string{h}
 				return err
 			}
 			var err error
-			in.Hosts, err = d.strs(v, p, checkExactHost)
+			in.Hosts, err = d.strs(v, p, checkHostPattern)
 			if err == nil && len(in.Hosts) == 0 {
 				return d.errf(v, p, "expected at least one host")
 			}
@@ -600,6 +644,9 @@ func (d *decoder) inject(n *yaml.Node, path string) (in Inject, err error) {
 		return in, err
 	}
 	switch {
+	case !needsPlacement && (seen["header"] != nil || seen["scheme"] != nil || in.Body):
+		return in, d.errf(n, path, "an aws credential signs requests: it takes only host (no header, scheme or body)")
+	case !needsPlacement:
 	case seen["header"] != nil && seen["scheme"] != nil:
 		return in, d.errf(n, path, "set header or scheme, not both (scheme uses the Authorization header)")
 	case seen["header"] == nil && seen["scheme"] == nil && !in.Body:
