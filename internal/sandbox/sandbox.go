@@ -39,6 +39,10 @@ type Spec struct {
 	ResolvConf string
 	// Hosts are extra lines for /etc/hosts inside.
 	Hosts []string
+	// TrustCA is PEM certificates the sandbox trusts besides the host's CA bundle (the gateway's
+	// per-run CA, when it terminates TLS). They appear at TrustedCAPath, the host's bundle plus them at
+	// CABundlePath, and in the system bundle's place where the host has one.
+	TrustCA []byte
 
 	// User is who the command runs as inside.
 	User User
@@ -56,6 +60,12 @@ type Spec struct {
 	// TTYRows and TTYCols are the terminal's initial size.
 	TTYRows, TTYCols uint16
 }
+
+// Where the sandbox finds the certificates of Spec.TrustCA: alone, and with the host's bundle.
+const (
+	TrustedCAPath = "/etc/cordon/ca.crt"
+	CABundlePath  = "/etc/cordon/ca-bundle.crt"
+)
 
 // Workspace is the project directory as the sandbox sees it.
 type Workspace struct {

@@ -104,3 +104,30 @@ func asExec(err error, target **sandbox.ExecError) bool {
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
+
+// TestTrustCA checks the extra CA reaches the sandbox alone, in the bundle, and in the system bundle's
+// place, read-only, and that the host's own bundle is untouched.
+func TestTrustCA(t *testing.T) {
+	const ca = "-----BEGIN CERTIFICATE-----\ncordon-test-ca\n-----END CERTIFICATE-----\n"
+	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	spec := testSpec(t, "sh", "-c", `cat /etc/cordon/ca.crt; echo @@; tail -c 200 /etc/cordon/ca-bundle.crt; echo @@;
+tail -c 200 /etc/ssl/certs/ca-certificates.crt; echo @@; echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
+	spec.TrustCA = []byte(ca)
+	out, st, err := startSpec(t, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(out, "@@\n")
+	if st.Code == 0 || len(parts) != 4 || parts[0] != ca || !strings.HasSuffix(parts[1], ca) {
+		t.Fatalf("exit %d, output:\n%s", st.Code, out)
+	}
+	if len(host) > 0 && !strings.HasSuffix(parts[2], ca) {
+		t.Errorf("system bundle inside lacks the CA:\n%s", parts[2])
+	}
+	if strings.Contains(out, "WROTE") {
+		t.Error("the sandbox could write the CA bundle")
+	}
+	if after, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); string(after) != string(host) {
+		t.Error("the host's bundle changed")
+	}
+}

@@ -95,5 +95,31 @@ func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
 		etcEntry{Name: "resolv.conf", Kind: "generated", Content: resolv},
 		etcEntry{Name: "mtab", Kind: "symlink", Target: "../proc/self/mounts"},
 	)
+	if len(spec.TrustCA) > 0 {
+		out = append(out, trustEntries(spec.TrustCA)...)
+	}
 	return out, nil
+}
+
+// systemBundle is where Debian and its derivatives keep the CA bundle that OpenSSL, curl, git, python
+// and Go read by default.
+const systemBundle = "ssl/certs/ca-certificates.crt"
+
+// trustEntries adds the extra CAs: alone, with the host's bundle, and that bundle in place of the
+// system one, so that programs which ignore SSL_CERT_FILE and its kin trust them too.
+func trustEntries(ca []byte) []etcEntry {
+	bundle, _ := os.ReadFile(filepath.Join("/etc", systemBundle))
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	rel := func(p string) string { return strings.TrimPrefix(p, "/etc/") }
+	out := []etcEntry{
+		{Name: filepath.Dir(rel(sandbox.TrustedCAPath)), Kind: "dir-empty"},
+		{Name: rel(sandbox.TrustedCAPath), Kind: "generated", Content: string(ca)},
+		{Name: rel(sandbox.CABundlePath), Kind: "generated", Content: string(bundle) + string(ca)},
+	}
+	if len(bundle) > 0 {
+		out = append(out, etcEntry{Name: systemBundle, Kind: "cover", Target: rel(sandbox.CABundlePath)})
+	}
+	return out
 }

@@ -178,6 +178,9 @@ func buildEtc(entries []etcEntry) error {
 			err = os.WriteFile(dst, []byte(e.Content), 0o644)
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
+		case "cover":
+			// A file of this tmpfs bound over one of a host directory bound above, read-only like it.
+			err = bindMount(filepath.Join(etc, e.Target), dst, false)
 		default:
 			err = bindMount(host(filepath.Join("/etc", e.Name)), dst, false)
 		}
