@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,14 @@ func (g *Gateway) connect(ctx context.Context, s *session, br *bufio.Reader, req
 		return
 	}
 	s.decided(d)
+	if g.intercepts(a.host) {
+		if _, err := io.WriteString(s.client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			s.detail("error", err.Error())
+			return
+		}
+		g.intercept(ctx, s, br, a.host, a.port)
+		return
+	}
 	up, ok := s.dialOrAnswer(ctx, a.host, a.port, d)
 	if !ok {
 		return
@@ -145,6 +154,16 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 		return
 	}
 	s.decided(d)
+	if g.intercepts(a.host) {
+		// The interceptor reads the request itself; it takes the absolute form as well.
+		s.detail("intercepted", "true")
+		c := &replayConn{Conn: s.client, r: io.MultiReader(bytes.NewReader(req.raw), br)}
+		if err := g.cfg.Intercept.ServePlain(ctx, c, a.host, port); err != nil {
+			s.detail("error", err.Error())
+		}
+		s.ev.BytesOut, s.ev.BytesIn = c.read.Load(), c.written.Load()
+		return
+	}
 	up, ok := s.dialOrAnswer(ctx, a.host, port, d)
 	if !ok {
 		return

@@ -75,6 +75,8 @@ type Config struct {
 	// LocalAddrs, if set, lists this host's own addresses, which the gateway refuses to dial; the
 	// default reads the interfaces.
 	LocalAddrs func() ([]netip.Addr, error)
+	// Intercept, if set, takes the connections to the hosts it wants, once they are judged and allowed.
+	Intercept Interceptor
 	// SniffTimeout, HeaderTimeout and DialTimeout override the defaults above.
 	SniffTimeout, HeaderTimeout, DialTimeout time.Duration
 }

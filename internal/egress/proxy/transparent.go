@@ -38,6 +38,10 @@ func (g *Gateway) transparent(ctx context.Context, c net.Conn) {
 		return
 	}
 	s.decided(d)
+	if g.intercepts(name) {
+		g.intercept(ctx, s, br, name, port)
+		return
+	}
 	up, err := s.dial(ctx, name, port, d)
 	if err != nil {
 		var r *refusal
