@@ -116,7 +116,8 @@ Commands:
 The policy is read from --policy FILE, else $XDG_CONFIG_HOME/cordon/policy.yaml (root: /etc/cordon/policy.yaml),
 else the built-in default: the workspace read-write, nothing else of the host, no network.
 Exit status: the command's own; 125 when cordon fails, 126 when the command cannot be executed, 127 when
-it is not found. Run "cordon COMMAND --help" for a command's flags.
+it is not found. RUN is a run's id (see cordon runs), a unique prefix of one, or last.
+Run "cordon COMMAND --help" for a command's flags.
 `)
 }
 

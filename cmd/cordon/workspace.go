@@ -51,8 +51,16 @@ func abbreviate(s string, n int) string {
 // getRun resolves the single RUN argument of a review command.
 func (a *app) getRun(name string, args []string) (*runstate.Run, bool) {
 	if len(args) != 1 {
-		a.errorf("%s: expected one RUN id (see cordon runs)", name)
+		a.errorf("%s: expected one RUN: an id, a unique prefix of one, or last (see cordon runs)", name)
 		return nil, false
+	}
+	if args[0] == "last" {
+		runs, err := a.store().List()
+		if err != nil || len(runs) == 0 {
+			a.errorf("%s: no runs yet", name)
+			return nil, false
+		}
+		return runs[0], true
 	}
 	r, err := a.store().Get(args[0])
 	if err != nil {

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tlsUpstream is an HTTPS server on the host's loopback with its own CA and a certificate for the given
+// names, as a real upstream has: the gateway must verify it (network.tls.caFile) when it intercepts.
+type tlsUpstream struct {
+	port   int
+	caFile string // PEM of the upstream's CA, outside the project
+
+	mu   sync.Mutex
+	seen []seenRequest
+}
+
+type seenRequest struct {
+	host, method, path, header, auth string
+}
+
+func newTLSUpstream(t *testing.T, h *harness, header string, names ...string) *tlsUpstream {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+		Subject: pkix.Name{CommonName: names[0]}, DNSNames: names, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
+		ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &tlsUpstream{caFile: filepath.Join(h.base, "upstream-ca.pem")}
+	h.writeFile(u.caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), 0o644)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, seenRequest{host: r.Host, method: r.Method, path: r.URL.Path, header: r.Header.Get(header), auth: r.Header.Get("Authorization")})
+		u.mu.Unlock()
+		// Never echo a header back: the agent's output must stay free of the real secret.
+		fmt.Fprintf(w, "UPSTREAM %s %s %s proto=%s\n", r.Method, r.Host, r.URL.Path, r.Proto)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}, NextProtos: []string{"h2", "http/1.1"}}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	u.port = srv.Listener.Addr().(*net.TCPAddr).Port
+	return u
+}
+
+func (u *tlsUpstream) requests() []seenRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seenRequest(nil), u.seen...)
+}
+
+// TestCredentialInjection: the agent holds a placeholder, the upstream it is bound to receives the real
+// value (from curl, python and git without any CA flag: the run's CA is trusted inside), another host
+// receives the placeholder unchanged, and the real value appears nowhere the agent or the logs can show.
+func TestCredentialInjection(t *testing.T) {
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
+		up := newTLSUpstream(t, h, "x-api-key", "api.test", "rules.test", "other.test")
+		pol := fmt.Sprintf(`network:
+  allow:
+    - {host: api.test, ports: [%[1]d]}
+    - {host: rules.test, ports: [%[1]d]}
+    - {host: other.test, ports: [%[1]d]}
+  hosts: {api.test: 127.0.0.1, rules.test: 127.0.0.1, other.test: 127.0.0.1}
+  tls: {caFile: %[2]q}
+  http:
+    - host: rules.test
+      allow: [{methods: [GET], paths: ["/ok/*"]}]
+credentials:
+  - name: API_KEY
+    from: {env: CORDON_TEST_API_KEY}
+    inject: {host: api.test, header: x-api-key}
+`, up.port, up.caFile)
+		h.writeFile(filepath.Join(h.ws, "upstream-ca.pem"), mustRead(t, up.caFile), 0o644)
+		script := fmt.Sprintf(`echo "KEY=$API_KEY"
+curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl
+curl -sS -m 10 --http1.1 -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl-proxy-h1
+python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%[1]d/python", headers={"x-api-key": os.environ["API_KEY"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'
+curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://rules.test:%[1]d/ok/misuse
+curl -sS -m 10 --noproxy '*' --cacert upstream-ca.pem -H "x-api-key: $API_KEY" https://other.test:%[1]d/passthrough
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; grep -rs "REALSECRET" /etc /tmp "$HOME" . && echo FOUND-IN-FILES
+true`, up.port)
+		r := h.sandboxed(pol, script, "CORDON_TEST_API_KEY="+secret)
+		if r.code != 0 {
+			t.Fatalf("run failed:\n%s", r)
+		}
+		placeholder := ""
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if v, ok := strings.CutPrefix(l, "KEY="); ok {
+				placeholder = v
+			}
+		}
+		if placeholder == "" || placeholder == secret || !strings.HasPrefix(placeholder, "sk-ant-") {
+			t.Fatalf("the agent's API_KEY is %q: want a placeholder in the real format", placeholder)
+		}
+		for _, path := range []string{"/curl", "/curl-proxy-h1", "/python", "/ok/misuse", "/passthrough"} {
+			if !strings.Contains(r.stdout, "UPSTREAM GET") || !strings.Contains(r.stdout, path) {
+				t.Errorf("request %s did not reach the upstream:\n%s", path, r)
+			}
+		}
+		if strings.Contains(r.stdout+r.stderr, "REALSECRET") {
+			t.Fatalf("the real value reached the agent or cordon's output:\n%s", r)
+		}
+		got := map[string]string{}
+		for _, s := range up.requests() {
+			got[s.path] = s.header
+		}
+		for path, want := range map[string]string{
+			"/curl": secret, "/curl-proxy-h1": secret, "/python": secret, // bound host: the real value
+			"/ok/misuse": placeholder, "/passthrough": placeholder, // other hosts: unchanged
+		} {
+			if got[path] != want {
+				t.Errorf("upstream saw x-api-key %q on %s, want %q", got[path], path, want)
+			}
+		}
+		// The audit log records the use and the misuse, never the value.
+		log := h.cordon(nil, "", "log", "last")
+		if strings.Contains(log.stdout, "REALSECRET") || strings.Contains(log.stdout, placeholder) {
+			t.Errorf("the audit log shows a credential value:\n%s", log.stdout)
+		}
+		if !strings.Contains(log.stdout, "API_KEY") || !strings.Contains(log.stdout, "misuse") {
+			t.Errorf("the audit log does not record the credential's use and misuse:\n%s", log)
+		}
+		stateFiles := filepath.Join(h.home, ".local", "state", "cordon")
+		filepath.Walk(stateFiles, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() && strings.Contains(mustRead(t, p), "REALSECRET") {
+				t.Errorf("the real value is stored in %s", p)
+			}
+			return nil
+		})
+	})
+}
+
+// TestHTTPRulesAndFronting: requests to a host with HTTP rules are allowed only by method and path
+// (with a 403 that names the rule otherwise), and a Host that differs from the TLS name is refused with
+// 421, each beside the allowed control.
+func TestHTTPRulesAndFronting(t *testing.T) {
+	requireTool(t, "curl")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		up := newTLSUpstream(t, h, "x-none", "rules.test", "other.test")
+		pol := fmt.Sprintf(`network:
+  allow:
+    - {host: rules.test, ports: [%[1]d]}
+    - {host: other.test, ports: [%[1]d]}
+  hosts: {rules.test: 127.0.0.1, other.test: 127.0.0.1}
+  tls: {caFile: %[2]q}
+  http:
+    - host: rules.test
+      allow: [{methods: [GET], paths: ["/ok/*"]}]
+`, up.port, up.caFile)
+		req := func(args string) string {
+			return fmt.Sprintf("curl -sS -m 10 --noproxy '*' -o /dev/null -w '%%{http_code}\\n' %s; ", args)
+		}
+		u := fmt.Sprintf("https://rules.test:%d", up.port)
+		script := req(u+"/ok/yes") + req(u+"/no") + req("-X POST "+u+"/ok/yes") + req("--http2 "+u+"/ok/h2") +
+			req("-H 'Host: other.test' "+u+"/ok/front") + req(u+"/ok/../no") + req("--path-as-is "+u+"/ok/../no") +
+			fmt.Sprintf("curl -sS -m 10 --noproxy '*' %s/no", u)
+		r := h.sandboxed(pol, script)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		want := []string{"200", "403", "403", "200", "421", "403", "403"}
+		if len(lines) < len(want) {
+			t.Fatalf("want %d status lines:\n%s", len(want), r)
+		}
+		for i, w := range want {
+			if lines[i] != w {
+				t.Errorf("request %d: status %s, want %s\n%s", i, lines[i], w, r)
+			}
+		}
+		if body := strings.Join(lines[len(want):], "\n"); !strings.Contains(body, "network.http") {
+			t.Errorf("the 403 does not name the rule:\n%s", body)
+		}
+		for _, s := range up.requests() {
+			if s.path != "/ok/yes" && s.path != "/ok/h2" {
+				t.Errorf("a refused request reached the upstream: %+v", s)
+			}
+		}
+	})
+}
+
+// TestSecretsMasked: a secret-shaped file in the project is masked inside with one line saying so, and
+// readable when the policy allows it (the control).
+func TestSecretsMasked(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		token := "ghp_" + strings.Repeat("A1b2C3d4", 4) + "Zz9Y"
+		h.writeFile(filepath.Join(h.ws, ".env"), "GITHUB_TOKEN="+token+"\nDATABASE_URL=postgres://app:hunter2@db.prod.example.com/app\n", 0o644)
+		h.writeFile(filepath.Join(h.ws, "main.go"), "package main\n", 0o644)
+		r := h.sandboxed("", "cat .env; cat main.go")
+		if strings.Contains(r.stdout, token) || !strings.Contains(r.stdout, "package main") {
+			t.Fatalf("the .env was readable inside (or the project was not):\n%s", r)
+		}
+		if !strings.Contains(r.stderr, ".env") || !strings.Contains(r.stderr, "filesystem.secrets.allow") {
+			t.Errorf("no line saying what was masked and how to allow it:\n%s", r)
+		}
+		if r := h.sandboxed("filesystem: {secrets: {allow: [.env]}}\n", "cat .env"); !strings.Contains(r.stdout, token) {
+			t.Fatalf("control: an allowed .env is not readable:\n%s", r)
+		}
+	})
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
