@@ -112,7 +112,7 @@ curl -sS -m 10 --http1.1 -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl-pr
 python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%[1]d/python", headers={"x-api-key": os.environ["API_KEY"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'
 curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://rules.test:%[1]d/ok/misuse
 curl -sS -m 10 --noproxy '*' --cacert upstream-ca.pem -H "x-api-key: $API_KEY" https://other.test:%[1]d/passthrough
-env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; grep -rs "REALSECRET" /etc /tmp "$HOME" . && echo FOUND-IN-FILES
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; grep -rs "$(printf 'REAL%%sSECRET' '')" /etc /tmp "$HOME" . && echo FOUND-IN-FILES
 true`, up.port)
 		r := h.sandboxed(pol, script, "CORDON_TEST_API_KEY="+secret)
 		if r.code != 0 {

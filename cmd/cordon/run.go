@@ -66,6 +66,14 @@ func (a *app) cmdRun(args []string) int {
 		}
 		pol.Network.Allow = append(pol.Network.Allow, allow...)
 	}
+	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
+	// terminal; what they mint is revoked on every way out.
+	credSet, err := a.prepareCredentials(context.Background(), pol)
+	if err != nil {
+		a.errorf("run: %v", err)
+		return exitCordon
+	}
+	defer a.closeCredentials(credSet)
 	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
 	if err != nil {
 		a.errorf("run: %v", err)
@@ -95,15 +103,22 @@ func (a *app) cmdRun(args []string) int {
 		// The gateway is prepared (policy matched, presets read, audit log open) before anything runs;
 		// init creates its sockets and rules inside the sandbox before the command exists. If either
 		// fails, the command does not start.
-		gw, err = gateway.New(gateway.Config{
+		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: a.env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
 			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
-		})
-		p := gateway.Ports()
-		spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
-		spec.ResolvConf = gateway.ResolvConf()
-		spec.Env = append(spec.Env, gateway.Env()...)
+		}
+		if credSet != nil {
+			gcfg.InjectHosts, gcfg.Modify = credSet.Hosts(), credSet.Modify
+			spec.Env = append(spec.Env, credSet.Env()...)
+		}
+		if gw, err = gateway.New(gcfg); err == nil {
+			p := gateway.Ports()
+			spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+			spec.ResolvConf = gateway.ResolvConf()
+			spec.Env = append(spec.Env, gw.Env()...)
+			spec.TrustCA = gw.TrustCA()
+		}
 	}
 	if err != nil {
 		launched.Abort()
@@ -386,6 +401,12 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 	if spec.Masks, err = denyMasks(project, pol.Filesystem.Deny); err != nil {
 		return nil, err
 	}
+	secrets, err := a.secretMasks(context.Background(), project, pol.Filesystem.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	spec.Masks = append(spec.Masks, secrets...)
+	a.warnSecretValues(env, pol.Env)
 	// Code that git runs on the host later is never writable from inside, even without the overlay.
 	for _, p := range []string{".git/hooks", ".git/config"} {
 		if _, err := os.Lstat(filepath.Join(project, p)); err == nil {

@@ -70,6 +70,10 @@ func (d *decoder) policy(root *yaml.Node) (*Policy, error) {
 				"%s is also named in %s (a credential's value never enters the sandbox's environment)", c.Name, where)
 		}
 	}
+	if len(p.Credentials) > 0 && p.Network == nil {
+		return nil, d.errf(seen["credentials"], "credentials",
+			"credentials need a network section that allows their hosts (a credential is only used on requests to them)")
+	}
 	return p, nil
 }
 

@@ -7,19 +7,24 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
 	"github.com/cordon-sandbox/cordon/internal/egress/dns"
+	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
 	"github.com/cordon-sandbox/cordon/internal/egress/names"
 	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
 // Ports are where the gateway listens inside the sandbox. DNS is on 53 because resolvers assume it;
@@ -40,6 +45,11 @@ type Config struct {
 	Notify func(line string)
 	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver.
 	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// InjectHosts are the host patterns credentials are bound to. They and the hosts of
+	// Network.HTTP are intercepted: the gateway terminates TLS for them with a per-run CA.
+	InjectHosts []string
+	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
+	Modify func(r *http.Request, name string) (map[string]string, error)
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -47,6 +57,8 @@ type Config struct {
 type Gateway struct {
 	log     *audit.Log
 	proxy   *proxy.Gateway
+	ic      *intercept.Interceptor
+	ca      *intercept.CA
 	dns     *dns.Server
 	sockets *netns.Set
 	ctx     context.Context
@@ -90,23 +102,72 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		cfg.Notify(line)
 	}
+	for _, h := range cfg.InjectHosts {
+		if h[0] != '*' && !matcher.Known(h) {
+			return nil, fmt.Errorf("gateway: a credential is bound to %s, which the network policy never allows (add it to network.allow)", h)
+		}
+	}
 	log, err := audit.NewLog(cfg.AuditPath)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
-	px, err := proxy.New(proxy.Config{
+	g := &Gateway{log: log}
+	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: netns.OrigDst, Notify: notify,
-	})
+	}
+	if len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 {
+		if err = g.prepareInterception(cfg); err == nil {
+			pcfg.Intercept = g.ic
+		}
+	}
 	if err == nil {
-		var d *dns.Server
-		if d, err = dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname}); err == nil {
-			ctx, cancel := context.WithCancel(context.Background())
-			return &Gateway{log: log, proxy: px, dns: d, ctx: ctx, cancel: cancel}, nil
+		g.proxy, err = proxy.New(pcfg)
+	}
+	if err == nil {
+		if g.dns, err = dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname}); err == nil {
+			g.ctx, g.cancel = context.WithCancel(context.Background())
+			return g, nil
 		}
 	}
 	log.Close()
 	return nil, fmt.Errorf("gateway: %w", err)
+}
+
+// prepareInterception makes the run's CA and the interceptor for the hosts with HTTP rules or
+// credentials. Upstreams are verified against the host's roots plus network.tls.caFile.
+func (g *Gateway) prepareInterception(cfg Config) error {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if f := cfg.Network.TLS.CAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("network.tls.caFile: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("network.tls.caFile: %s holds no PEM certificate", f)
+		}
+	}
+	if g.ca, err = intercept.NewCA(); err != nil {
+		return err
+	}
+	rules := make([]intercept.Rule, len(cfg.Network.HTTP))
+	for i, r := range cfg.Network.HTTP {
+		rules[i] = intercept.Rule{Host: r.Host, Source: fmt.Sprintf("network.http[%d]", i)}
+		for _, a := range r.Allow {
+			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths})
+		}
+	}
+	g.ic, err = intercept.New(intercept.Config{
+		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Recorder: g.log,
+		// The proxy exists by the time a connection is intercepted.
+		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
+			return g.proxy.DialUpstream(ctx, name, port)
+		},
+	})
+	return err
 }
 
 // Serve serves the sockets the sandbox's init created (and whose traffic its rules send here) until
@@ -151,15 +212,33 @@ func ResolvConf() string {
 	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
 }
 
-// Env is what the sandbox's environment needs for tools that want an explicit proxy. Tools that
-// ignore it are covered anyway: their connections are redirected.
-func Env() []string {
+// TrustCA is the PEM certificate of the run's CA, which the sandbox must trust for the intercepted
+// hosts, or nil when nothing is intercepted. Its private key never leaves this process.
+func (g *Gateway) TrustCA() []byte {
+	if g.ca == nil {
+		return nil
+	}
+	return g.ca.CertPEM()
+}
+
+// Env is what the sandbox's environment needs: the explicit proxy for tools that want one (tools that
+// ignore it are covered anyway: their connections are redirected), and, when the gateway intercepts,
+// the variables through which tools find the bundle that includes the run's CA.
+func (g *Gateway) Env() []string {
 	p := fmt.Sprintf("http://127.0.0.1:%d", Ports().Proxy)
 	noProxy := "localhost,127.0.0.1,::1"
-	return []string{
+	env := []string{
 		"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 	}
+	if g.ca != nil {
+		for _, v := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"} {
+			env = append(env, v+"="+sandbox.CABundlePath)
+		}
+		// Node adds these to its own bundle rather than replacing it.
+		env = append(env, "NODE_EXTRA_CA_CERTS="+sandbox.TrustedCAPath)
+	}
+	return env
 }
 
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.
@@ -169,6 +248,9 @@ func (g *Gateway) Close() (audit.Summary, error) {
 		g.sockets.Close()
 	}
 	g.wg.Wait()
+	if g.ic != nil {
+		g.ic.Close()
+	}
 	sum := g.log.Summary()
 	err := g.log.Close()
 	g.mu.Lock()

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/creds"
+	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
+	"github.com/cordon-sandbox/cordon/internal/creds/githubapp"
+	"github.com/cordon-sandbox/cordon/internal/creds/scan"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+)
+
+// revokeTimeout bounds the revocation of minted tokens at the end of a run; a token that could not be
+// revoked still expires on its own.
+const revokeTimeout = 30 * time.Second
+
+// prepareCredentials reads every credential the policy names (running commands and minting tokens
+// outside the sandbox, before it starts) and makes their placeholders. A credential that cannot be
+// read stops the run: the agent must not start without what it was promised.
+func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*creds.Set, error) {
+	if len(pol.Credentials) == 0 {
+		return nil, nil
+	}
+	specs := make([]creds.Spec, 0, len(pol.Credentials))
+	for _, c := range pol.Credentials {
+		sp := creds.Spec{Name: c.Name, Inject: creds.Inject{
+			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body,
+		}}
+		switch f := c.From; {
+		case f.Env != "":
+			sp.Source = creds.FromEnv(a.env, f.Env)
+		case f.File != "":
+			sp.Source = creds.FromFile(f.File)
+		case len(f.Command) > 0:
+			sp.Source = creds.FromCommand(f.Command, a.stdin, a.stderr)
+		case f.GitHubApp != nil:
+			src, err := a.githubApp(f.GitHubApp)
+			if err != nil {
+				return nil, fmt.Errorf("credential %s: %w", c.Name, err)
+			}
+			sp.Source = src
+		case f.AWS != nil:
+			if f.AWS.Env {
+				sp.AWS = awssig.EnvKeys{Environ: a.env}
+			} else {
+				path := envValue(a.env, "AWS_SHARED_CREDENTIALS_FILE")
+				if path == "" {
+					path = filepath.Join(envValue(a.env, "HOME"), ".aws", "credentials")
+				}
+				sp.AWS = awssig.ProfileKeys{Path: path, Profile: f.AWS.Profile}
+			}
+		}
+		specs = append(specs, sp)
+	}
+	set, err := creds.Prepare(ctx, specs)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	return set, nil
+}
+
+// githubApp makes the source of a GitHub App installation token, scoped to the policy's repositories
+// and permissions.
+func (a *app) githubApp(g *policy.GitHubApp) (*githubSource, error) {
+	key, err := os.ReadFile(g.PrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("GitHub App private key: %w", err)
+	}
+	src, err := githubapp.New(githubapp.Config{
+		AppID: g.AppID, PrivateKeyPEM: key, InstallationID: g.InstallationID,
+		Repositories: g.Repositories, Permissions: g.Permissions, BaseURL: g.APIURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &githubSource{src}, nil
+}
+
+// githubSource adapts a GitHub App's installation tokens to a credential source: each use gets the
+// current token (refreshed before it expires), and closing revokes it.
+type githubSource struct{ src *githubapp.Source }
+
+func (g *githubSource) Secret(ctx context.Context) (creds.Secret, error) {
+	tok, err := g.src.Token(ctx)
+	if err != nil {
+		return creds.Secret{}, err
+	}
+	return creds.NewSecret(tok), nil
+}
+
+func (g *githubSource) Close(ctx context.Context) error { return g.src.Revoke(ctx) }
+
+// closeCredentials revokes what the run's credentials minted, on every way out of a run that
+// prepared them.
+func (a *app) closeCredentials(set *creds.Set) {
+	if set == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	if err := set.Close(ctx); err != nil {
+		a.warn(fmt.Sprintf("credentials: %v (a minted token still expires on its own)", err))
+	}
+}
+
+// secretMasks scans the project for secret-shaped files and returns them as masks (absolute paths),
+// after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
+// exempts files; filesystem.secrets.scan: false turns the scan off.
+func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secrets) ([]string, error) {
+	if sec.NoScan {
+		return nil, nil
+	}
+	findings, err := scan.ScanTree(ctx, project, scan.Options{Allow: sec.Allow})
+	if err != nil {
+		return nil, fmt.Errorf("scanning the workspace for secrets: %w", err)
+	}
+	paths := scan.Paths(findings)
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	kinds := map[string]string{}
+	for _, f := range findings {
+		if f.Path != "" && kinds[f.Path] == "" {
+			kinds[f.Path] = f.Kind
+		}
+	}
+	const shown = 5
+	var list []string
+	for _, p := range paths[:min(len(paths), shown)] {
+		list = append(list, fmt.Sprintf("%s (%s)", p, kinds[p]))
+	}
+	if len(paths) > shown {
+		list = append(list, fmt.Sprintf("and %d more", len(paths)-shown))
+	}
+	noun := "file"
+	if len(paths) > 1 {
+		noun = "files"
+	}
+	fmt.Fprintf(a.stderr, "cordon: masked %d secret-shaped %s in the workspace: %s — to let the agent read one, add it to filesystem.secrets.allow\n",
+		len(paths), noun, strings.Join(list, ", "))
+	masks := make([]string, len(paths))
+	for i, p := range paths {
+		masks[i] = filepath.Join(project, filepath.FromSlash(p))
+	}
+	return masks, nil
+}
+
+// warnSecretValues warns about secret-shaped values that the policy passes into the sandbox's
+// environment as they are (env.pass, env.set): those are the agent's to read and to leak.
+func (a *app) warnSecretValues(env []string, pol policy.Env) {
+	var passed []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, set := pol.Set[name]; set || slices.Contains(pol.Pass, name) {
+			passed = append(passed, kv)
+		}
+	}
+	for _, f := range scan.ScanEnv(passed) {
+		a.warn(fmt.Sprintf("$%s holds what looks like a %s and enters the sandbox as is; make it a credential to keep the value outside", f.Env, f.Kind))
+	}
+}
