@@ -12,13 +12,18 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/creds/githubapp/fakegithub"
 )
 
 // tlsUpstream is an HTTPS server on the host's loopback with its own CA and a certificate for the given
@@ -36,6 +41,21 @@ type seenRequest struct {
 }
 
 func newTLSUpstream(t *testing.T, h *harness, header string, names ...string) *tlsUpstream {
+	t.Helper()
+	u := &tlsUpstream{}
+	u.port, u.caFile = serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, seenRequest{host: r.Host, method: r.Method, path: r.URL.Path, header: r.Header.Get(header), auth: r.Header.Get("Authorization")})
+		u.mu.Unlock()
+		// Never echo a header back: the agent's output must stay free of the real secret.
+		fmt.Fprintf(w, "UPSTREAM %s %s %s proto=%s\n", r.Method, r.Host, r.URL.Path, r.Proto)
+	}), names...)
+	return u
+}
+
+// serveTLS serves handler over HTTPS (HTTP/2 and 1.1) on the host's loopback with a certificate for
+// names from a CA of its own, whose PEM it writes outside the project.
+func serveTLS(t *testing.T, h *harness, handler http.Handler, names ...string) (port int, caFile string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -58,21 +78,14 @@ func newTLSUpstream(t *testing.T, h *harness, header string, names ...string) *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &tlsUpstream{caFile: filepath.Join(h.base, "upstream-ca.pem")}
-	h.writeFile(u.caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), 0o644)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.seen = append(u.seen, seenRequest{host: r.Host, method: r.Method, path: r.URL.Path, header: r.Header.Get(header), auth: r.Header.Get("Authorization")})
-		u.mu.Unlock()
-		// Never echo a header back: the agent's output must stay free of the real secret.
-		fmt.Fprintf(w, "UPSTREAM %s %s %s proto=%s\n", r.Method, r.Host, r.URL.Path, r.Proto)
-	}))
+	caFile = filepath.Join(h.base, fmt.Sprintf("upstream-ca-%d.pem", time.Now().UnixNano()))
+	h.writeFile(caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), 0o644)
+	srv := httptest.NewUnstartedServer(handler)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}, NextProtos: []string{"h2", "http/1.1"}}
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	u.port = srv.Listener.Addr().(*net.TCPAddr).Port
-	return u
+	return srv.Listener.Addr().(*net.TCPAddr).Port, caFile
 }
 
 func (u *tlsUpstream) requests() []seenRequest {
@@ -227,6 +240,111 @@ func TestSecretsMasked(t *testing.T) {
 		}
 		if r := h.sandboxed("filesystem: {secrets: {allow: [.env]}}\n", "cat .env"); !strings.Contains(r.stdout, token) {
 			t.Fatalf("control: an allowed .env is not readable:\n%s", r)
+		}
+	})
+}
+
+// TestGitHubAppScopedPush: a GitHub App credential mints a token limited to acme/app, git inside
+// clones and pushes acme/app over HTTPS with the placeholder (the gateway puts the real token into
+// git's basic auth), a push to acme/other is refused by the HTTP rules and by the token's scope,
+// and the token is revoked when the run ends. The control allows acme/other in both and the same push
+// works.
+func TestGitHubAppScopedPush(t *testing.T) {
+	requireTool(t, "git")
+	backend, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Skipf("git --exec-path: %v", err)
+	}
+	_, key := fakegithub.GenerateKey(t)
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		app := fakegithub.NewApp(t, fakegithub.Options{Repositories: []string{"app", "other"}, Key: key})
+		root := t.TempDir()
+		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
+		setup := exec.Command("sh", "-ec", `for r in app other; do git init -q --bare -b main acme/$r.git && git -C acme/$r.git config http.receivepack true; done
+git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../acme/app.git main && git push -q ../acme/other.git main`)
+		setup.Dir, setup.Env = root, append(os.Environ(), gitEnv...)
+		if out, err := setup.CombinedOutput(); err != nil {
+			t.Fatalf("setup: %v\n%s", err, out)
+		}
+		git := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
+			Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+		var mu sync.Mutex
+		var seenTokens []string
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Like GitHub: the token must be valid and cover the repository (write for a push).
+			_, tok, _ := r.BasicAuth()
+			repo := strings.TrimSuffix(strings.Join(strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 3)[:2], "/"), ".git")
+			write := r.URL.Query().Get("service") == "git-receive-pack" || strings.HasSuffix(r.URL.Path, "/git-receive-pack")
+			mu.Lock()
+			seenTokens = append(seenTokens, tok)
+			mu.Unlock()
+			if !app.Authorize(tok, repo, write) {
+				w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
+				http.Error(w, "token does not cover "+repo, http.StatusUnauthorized)
+				return
+			}
+			git.ServeHTTP(w, r)
+		}), "github.test")
+		keyFile := filepath.Join(h.base, "app.pem")
+		h.writeFile(keyFile, string(app.PrivateKeyPEM), 0o600)
+		policyFor := func(paths, repos string) string {
+			return fmt.Sprintf(`network:
+  allow: [{host: github.test, ports: [%d]}]
+  hosts: {github.test: 127.0.0.1}
+  tls: {caFile: %q}
+  http:
+    - host: github.test
+      allow: [{methods: [GET, POST], paths: [%s]}]
+credentials:
+  - name: GH_TOKEN
+    from:
+      githubApp: {appId: %d, privateKeyFile: %q, installationId: %d, apiURL: %q,
+                  repositories: [%s], permissions: {contents: write}}
+    inject: {host: github.test, scheme: basic}
+`, port, caFile, paths, app.ID, keyFile, app.InstallationID, app.URL(), repos)
+		}
+		push := fmt.Sprintf(`export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@a GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@a GIT_TERMINAL_PROMPT=0
+echo "TOKEN=$GH_TOKEN"
+git clone -q https://x-access-token:$GH_TOKEN@github.test:%d/acme/%%[1]s.git %%[1]s && cd %%[1]s && cat README &&
+echo agent > AGENT && git add AGENT && git commit -qm agent-%%[1]s && git push -q origin main && echo PUSHED-%%[1]s`, port)
+
+		r := h.sandboxed(policyFor(`"/acme/app.git/*"`, "acme/app"), fmt.Sprintf(push, "app")+"; cd /tmp && "+fmt.Sprintf(push, "other"))
+		if !strings.Contains(r.stdout, "PUSHED-app") {
+			t.Fatalf("clone and push of acme/app failed:\n%s", r)
+		}
+		if strings.Contains(r.stdout, "PUSHED-other") {
+			t.Fatalf("a push to acme/other went through:\n%s", r)
+		}
+		if !strings.Contains(r.stderr, "network.http") {
+			t.Errorf("the refusal does not name the rule:\n%s", r)
+		}
+		toks := app.Tokens()
+		if len(toks) != 1 {
+			t.Fatalf("the fake issued %d tokens, want 1", len(toks))
+		}
+		tok := toks[0]
+		if !slices.Equal(tok.Repositories, []string{"acme/app"}) || tok.Permissions["contents"] != "write" {
+			t.Errorf("token scope: repositories %v, permissions %v", tok.Repositories, tok.Permissions)
+		}
+		if !tok.Revoked {
+			t.Error("the token was not revoked when the run ended")
+		}
+		if strings.Contains(r.stdout+r.stderr, tok.Value) || !strings.Contains(r.stdout, "TOKEN=") {
+			t.Errorf("the real token reached the agent's output:\n%s", r)
+		}
+		mu.Lock()
+		if !slices.Contains(seenTokens, tok.Value) {
+			t.Error("the upstream never saw the real token")
+		}
+		mu.Unlock()
+		if out, err := exec.Command("git", "-C", filepath.Join(root, "acme", "other.git"), "log", "--format=%s", "main").Output(); err != nil || strings.Contains(string(out), "agent") {
+			t.Fatalf("acme/other changed: %q %v", out, err)
+		}
+
+		// Control: rules and token both cover acme/other, and the same push works.
+		r = h.sandboxed(policyFor(`"/acme/app.git/*", "/acme/other.git/*"`, "acme/app, acme/other"), "cd /tmp && "+fmt.Sprintf(push, "other"))
+		if !strings.Contains(r.stdout, "PUSHED-other") {
+			t.Fatalf("control: push to acme/other with rules and token covering it failed:\n%s", r)
 		}
 	})
 }
