@@ -258,3 +258,95 @@ func TestEgressPolicyFailsBeforeStart(t *testing.T) {
 		}
 	})
 }
+
+// goClientSource is a Go program that ignores every proxy setting (Transport.Proxy nil) and dials
+// IPv4 and IPv6 itself, as a Go tool with its own HTTP client does.
+const goClientSource = `package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+func main() {
+	url, network := os.Args[1], os.Args[2]
+	tr := &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	}}
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s", resp.StatusCode, b)
+}
+`
+
+// TestEgressGoClientIPv6AndICMP: a Go client with proxies off reaches an allowed name over IPv4 and
+// IPv6 (the controls) and not a raw IPv6 or IPv4 address; curl -6 likewise; ICMP echo leaves nothing.
+func TestEgressGoClientIPv6AndICMP(t *testing.T) {
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	src := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(src, []byte(goClientSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "goclient")
+	build := exec.Command("go", "build", "-o", bin, src)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the Go client: %v\n%s", err, out)
+	}
+	client, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		port := upstream(t, h.canary)
+		want := "UPSTREAM-" + h.canary
+		h.writeFile(filepath.Join(h.ws, "goclient"), string(client), 0o755)
+		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port)
+		for _, tc := range []struct {
+			name, script string
+			reach        bool
+		}{
+			{"go tcp4 name", "./goclient http://pkg.test:%d/ tcp4", true},
+			{"go tcp6 name", "./goclient http://pkg.test:%d/ tcp6", true},
+			{"curl -6 name", "curl -sS -m 10 -6 --noproxy '*' http://pkg.test:%d/", true},
+			{"go raw IPv4", "./goclient http://127.0.0.1:%d/ tcp4", false},
+			{"go raw IPv6 loopback", "./goclient http://[::1]:%d/ tcp6", false},
+			{"go raw IPv6 global", "./goclient http://[2606:4700:4700::1111]:%d/ tcp6", false},
+			{"go v4-mapped IPv6", "./goclient http://[::ffff:127.0.0.1]:%d/ tcp6", false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := h.sandboxed(pol, fmt.Sprintf(tc.script, port))
+				if got := strings.Contains(r.stdout, want); got != tc.reach {
+					t.Fatalf("reached the upstream: %v, want %v:\n%s", got, tc.reach, r)
+				}
+			})
+		}
+		t.Run("icmp", func(t *testing.T) {
+			probe := `python3 -c '
+import socket
+for fam, proto, dst, typ in ((socket.AF_INET, socket.IPPROTO_ICMP, "1.1.1.1", 8), (socket.AF_INET6, socket.IPPROTO_ICMPV6, "2606:4700:4700::1111", 128)):
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW):
+        try:
+            s = socket.socket(fam, kind, proto); s.settimeout(2)
+            s.sendto(bytes([typ, 0, 0, 0, 0, 1, 0, 1]) + b"cordon", (dst, 0))
+            print("REPLY", s.recv(1024))
+        except OSError as e:
+            print("no", kind, e)
+'`
+			if r := h.sandboxed(pol, probe); strings.Contains(r.stdout, "REPLY") {
+				t.Fatalf("an ICMP echo got a reply from outside:\n%s", r)
+			}
+		})
+	})
+}
