@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -356,4 +357,57 @@ func mustRead(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestGitHubAppRevokedOnInterrupt: Ctrl-C (SIGINT) and SIGTERM end the run and still revoke the token
+// the run minted; the token is minted before the command starts.
+func TestGitHubAppRevokedOnInterrupt(t *testing.T) {
+	_, key := fakegithub.GenerateKey(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			forEachIdentity(t, func(t *testing.T, h *harness) {
+				app := fakegithub.NewApp(t, fakegithub.Options{Key: key})
+				keyFile := filepath.Join(h.base, "app.pem")
+				h.writeFile(keyFile, string(app.PrivateKeyPEM), 0o600)
+				pol := h.policy(fmt.Sprintf(`network:
+  allow: [github.test]
+credentials:
+  - name: GH_TOKEN
+    from:
+      githubApp: {appId: %d, privateKeyFile: %q, installationId: %d, apiURL: %q,
+                  repositories: [acme/app], permissions: {contents: read}}
+    inject: {host: github.test, scheme: bearer}
+`, app.ID, keyFile, app.InstallationID, app.URL()))
+				cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "echo STARTED; exec sleep 60")
+				stdout, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 64)
+				if n, _ := stdout.Read(buf); !strings.Contains(string(buf[:n]), "STARTED") {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatalf("the command did not start: %q", buf[:n])
+				}
+				if toks := app.Tokens(); len(toks) != 1 || toks[0].Revoked {
+					t.Fatalf("want one live token while the run runs, got %+v", toks)
+				}
+				cmd.Process.Signal(sig)
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					cmd.Process.Kill()
+					t.Fatal("cordon did not end after the signal")
+				}
+				if toks := app.Tokens(); len(toks) != 1 || !toks[0].Revoked {
+					t.Fatalf("the token was not revoked after %v: %+v", sig, toks)
+				}
+			})
+		})
+	}
 }
