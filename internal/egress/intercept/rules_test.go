@@ -118,7 +118,7 @@ func TestJudge(t *testing.T) {
 		{"locked.test", "GET", "/", false, "network.http[2]"},
 		{"any.test", "PATCH", "/x", true, "network.http[3]"},
 		{"any.test", "PATCH", "/x/../y", false, "network.http[3]"}, // rules apply, so the path must be canonical
-		{"other.test", "GET", "//x/../y", true, ""},                 // no rule covers it
+		{"other.test", "GET", "//x/../y", true, ""},                // no rule covers it
 	} {
 		v := rs.judge(tc.name, tc.method, tc.target)
 		if v.allow != tc.allow || v.rule != tc.rule {
