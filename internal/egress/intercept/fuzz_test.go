@@ -72,3 +72,24 @@ func FuzzGlob(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAuthority: a Host or :authority the interceptor accepts for github.com:8443 names that host,
+// and no other port, however a URL parser reads it.
+func FuzzAuthority(f *testing.F) {
+	c := &conn{name: "github.com", port: 8443, scheme: "https"}
+	for _, s := range []string{"github.com", "github.com:8443", "GitHub.com.", "github.com:443", "github.com@evil.example", "[::1]:8443", "github.com:", "evil.example#github.com"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !authorityMatches(host, c) {
+			return
+		}
+		u, err := url.Parse("https://" + host + "/")
+		if err != nil {
+			t.Fatalf("accepted %q, which does not parse as an authority: %v", host, err)
+		}
+		if normalName(u.Hostname()) != "github.com" || (u.Port() != "" && u.Port() != "8443") || u.User != nil {
+			t.Fatalf("accepted %q, which a URL parser reads as host %q port %q user %v", host, u.Hostname(), u.Port(), u.User)
+		}
+	})
+}

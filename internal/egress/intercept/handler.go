@@ -23,6 +23,7 @@ type exchange struct {
 	status int    // the upstream's status, or ours
 	err    string // why the upstream could not be reached
 	denied bool   // the gateway refused the upstream (its certificate)
+	h2     bool   // the client spoke HTTP/2
 }
 
 type exchangeKey struct{}
@@ -35,7 +36,7 @@ func exchangeOf(ctx context.Context) *exchange {
 // handle judges one request and forwards it if allowed, recording one audit event either way.
 func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ex := &exchange{conn: c}
+	ex := &exchange{conn: c, h2: r.ProtoMajor == 2}
 	target, _, _ := strings.Cut(r.RequestURI, "?") // the query may carry secrets: never recorded
 	ev := audit.Event{
 		Time: start, Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
