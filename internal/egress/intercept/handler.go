@@ -81,6 +81,12 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusBadRequest, gatewayRule, errNotOrigin.Error(), "")
 		return
 	}
+	if up := upgradeOf(r.Header); up != "" && !strings.EqualFold(up, "websocket") {
+		// After a 101 the connection is a tunnel the rules no longer see; an upgrade to h2c, say,
+		// would carry requests for any path. Websockets are the one upgrade relayed.
+		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
+		return
+	}
 	v := i.rules.judge(c.name, r.Method, r.RequestURI)
 	if !v.allow {
 		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
@@ -98,6 +104,10 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			deny(http.StatusForbidden, gatewayRule, "request refused while adding credentials: "+err.Error(), "")
 			return
 		}
+	}
+	if !authorityMatches(r.Host, c) {
+		deny(http.StatusBadGateway, gatewayRule, "the credential hook changed the request's Host", "")
+		return
 	}
 	ev.Decision = "allow"
 	r.Header.Del("Host")
@@ -189,6 +199,22 @@ func authorityMatches(host string, c *conn) bool {
 		return false
 	}
 	return p == "" || p == strconv.Itoa(int(c.port))
+}
+
+// upgradeOf is the protocol a request asks to switch to, or "" if it asks for none (the header only
+// counts when Connection lists it, as for the proxy that would relay it).
+func upgradeOf(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				if up := h.Get("Upgrade"); up != "" {
+					return up
+				}
+				return "(none named)"
+			}
+		}
+	}
+	return ""
 }
 
 // hostHeadersMatch checks Host header fields that arrived beside :authority in HTTP/2.

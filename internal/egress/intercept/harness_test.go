@@ -48,16 +48,22 @@ func (r *recorder) events() []audit.Event {
 // interceptor records after the response has gone out.
 func (r *recorder) last(t testing.TB, method, path string) audit.Event {
 	t.Helper()
+	return r.wait(t, func(e audit.Event) bool { return e.Detail["method"] == method && e.Detail["path"] == path })
+}
+
+// wait returns the last event that satisfies ok, waiting up to 5 s for one.
+func (r *recorder) wait(t testing.TB, ok func(audit.Event) bool) audit.Event {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		evs := r.events()
 		for i := len(evs) - 1; i >= 0; i-- {
-			if evs[i].Detail["method"] == method && evs[i].Detail["path"] == path {
+			if ok(evs[i]) {
 				return evs[i]
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no audit event for %s %s in %+v", method, path, evs)
+			t.Fatalf("no such audit event in %+v", evs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
 )
 
 func get(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
@@ -173,7 +175,7 @@ func TestGit(t *testing.T) {
 	up, root := gitUpstream(t)
 	push := func(t *testing.T, s *setup, repo string) (string, error) {
 		work := t.TempDir()
-		git := []string{"-c", "http.sslCAInfo=" + s.caFile, "-c", "http.curloptResolve=" + s.hostPort() + ":127.0.0.1"}
+		git := []string{"-c", "http.sslCAInfo=" + s.caFile, "-c", "http.sslCAPath=" + filepath.Dir(s.caFile), "-c", "http.curloptResolve=" + s.hostPort() + ":127.0.0.1"}
 		out, err := run(t, work, nil, "git", append(git, "clone", "-q", s.url("/acme/"+repo+".git"), "c")...)
 		if err != nil {
 			return "clone: " + out, err
@@ -343,18 +345,18 @@ func TestWebsocket(t *testing.T) {
 	up := newUpstream(t, nil, false)
 	s := newSetup(t, up, "github.com", false, withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET"}, Paths: []string{"/ws"}}}, Source: "network.http[0]"}))
 	for _, tc := range []struct {
-		path   string
-		status int
-	}{{"/ws", 101}, {"/ws2", 403}} {
+		path, upgrade string
+		status        int
+	}{{"/ws", "websocket", 101}, {"/ws2", "websocket", 403}, {"/ws", "h2c", 403}} {
 		c, br := s.raw(t)
 		key := "dGhlIHNhbXBsZSBub25jZQ=="
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n\r\n", tc.path, s.hostPort(), key)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n\r\n", tc.path, s.hostPort(), tc.upgrade, key)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if resp.StatusCode != tc.status {
-			t.Fatalf("%s: %d, want %d", tc.path, resp.StatusCode, tc.status)
+			t.Fatalf("%s upgrade to %s: %d, want %d", tc.path, tc.upgrade, resp.StatusCode, tc.status)
 		}
 		if tc.status != 101 {
 			continue
@@ -378,8 +380,11 @@ func TestWebsocket(t *testing.T) {
 		}
 		c.Close() // the proxy relays the half-close and waits for ours
 	}
-	if ev := s.rec.last(t, "GET", "/ws"); ev.Decision != "allow" || ev.Detail["status"] != "101" {
-		t.Fatalf("event %+v", ev)
+	s.rec.wait(t, func(e audit.Event) bool {
+		return e.Detail["path"] == "/ws" && e.Decision == "allow" && e.Detail["status"] == "101"
+	})
+	if n := len(up.requests()); n != 1 {
+		t.Fatalf("want only the websocket relayed, upstream saw %+v", up.requests())
 	}
 }
 
