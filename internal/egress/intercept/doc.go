@@ -19,14 +19,19 @@
 //     421 Misdirected Request. This is domain fronting, and it is refused whether or not rules exist.
 //   - it is CONNECT (405), or its request-target is not origin-form, i.e. a path starting with "/"
 //     (absolute-form "https://…", authority-form, "*"): 400.
+//   - it asks to upgrade to anything but a websocket (403): after a 101 the connection is a tunnel
+//     the rules no longer see, and an upgrade to h2c would carry requests for any path.
 //   - rules cover the host and none allows it: 403, with a body naming the rules consulted, what they
 //     allow, and the line that would allow this request.
 //   - Modify returns an error: 403.
 //
-// An allowed request goes to the connection's name and port and nowhere else, whatever its URL says.
-// Hop-by-hop and proxy headers (Proxy-Authorization, Forwarded, X-Forwarded-*) are dropped. HTTP/1.1
-// upgrades (websockets) are relayed after the 101; HTTP/2 is served when the client offers it and
-// used upstream when the upstream offers it.
+// An allowed request goes to the connection's name and port and nowhere else, whatever its URL (or
+// Modify) says, over TLS verified for that name. Hop-by-hop and proxy headers (Proxy-Authorization,
+// Forwarded, X-Forwarded-*) are dropped. HTTP/2 is served when the client offers it in ALPN; the
+// upstream protocol follows the client's (HTTP/2 when the client spoke it and the upstream offers
+// it, else HTTP/1.1). A websocket (HTTP/1.1 upgrade) is judged as its GET, then relayed both ways
+// until either side closes; what flows after the 101 is not inspected. Websockets over HTTP/2
+// (extended CONNECT, RFC 8441) are refused like any CONNECT; clients fall back to HTTP/1.1.
 //
 // # Path globs
 //

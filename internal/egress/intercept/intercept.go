@@ -180,8 +180,9 @@ func (i *Interceptor) Wants(name string) bool {
 
 // ServeTLS takes a client connection whose first bytes are the TLS ClientHello (the caller has already
 // checked SNI == name and that the policy allows name:port), terminates TLS with a leaf for name
-// (ALPN h2 and http/1.1), and serves HTTP requests on it until the client is done or ctx ends. It
-// closes client.
+// (ALPN h2 and http/1.1), and serves HTTP requests on it until the client is done or ctx ends. A
+// handshake whose SNI is not name is refused. It closes client, and returns nil when the client
+// ended the connection, ctx.Err() when ctx did, or why the handshake failed.
 func (i *Interceptor) ServeTLS(ctx context.Context, client net.Conn, name string, port uint16) error {
 	name = normalName(name)
 	leaf, err := i.ca.Leaf(name)

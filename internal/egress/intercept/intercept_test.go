@@ -97,6 +97,41 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) (s
 	return string(out), err
 }
 
+// TestConcurrent: many requests at once over one client (multiplexed on HTTP/2, a pool on HTTP/1.1)
+// each get their own answer and their own audit event.
+func TestConcurrent(t *testing.T) {
+	up := newUpstream(t, nil, false)
+	for _, h2 := range []bool{false, true} {
+		s := newSetup(t, up, "github.com", false)
+		c := s.client(h2)
+		const n = 32
+		errs := make(chan error, n)
+		for k := range n {
+			go func() {
+				resp, err := c.Get(s.url(fmt.Sprintf("/c/%d", k)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if want := fmt.Sprintf("GET /c/%d ", k); err == nil && !strings.Contains(string(b), want) {
+					err = fmt.Errorf("request %d got %q", k, b)
+				}
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("h2=%v: %v", h2, err)
+			}
+		}
+		for k := range n {
+			s.rec.last(t, "GET", fmt.Sprintf("/c/%d", k))
+		}
+	}
+}
+
 // TestCurl: curl trusting the run CA, over HTTP/1.1 and HTTP/2.
 func TestCurl(t *testing.T) {
 	requireTool(t, "curl")
