@@ -18,7 +18,9 @@
 //     connection's host (the SNI the caller checked), with the connection's port if it has one:
 //     421 Misdirected Request. This is domain fronting, and it is refused whether or not rules exist.
 //   - it is CONNECT (405), or its request-target is not origin-form, i.e. a path starting with "/"
-//     (absolute-form "https://…", authority-form, "*"): 400.
+//     (absolute-form "https://…", authority-form, "*"): 400. On plain HTTP (ServePlain) an
+//     absolute-form "http://name[:port]/path", as clients send to an explicit proxy, is taken as its
+//     path when it names the connection's host.
 //   - it asks to upgrade to anything but a websocket (403): after a 101 the connection is a tunnel
 //     the rules no longer see, and an upgrade to h2c would carry requests for any path.
 //   - rules cover the host and none allows it: 403, with a body naming the rules consulted, what they

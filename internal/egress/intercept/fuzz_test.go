@@ -93,3 +93,37 @@ func FuzzAuthority(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOriginForm: an absolute-form target taken on plain HTTP names the connection's host however a
+// URL parser reads it, and what is judged is the rest of the target as sent.
+func FuzzOriginForm(f *testing.F) {
+	c := &conn{name: "github.com", port: 80, scheme: "http"}
+	for _, s := range []string{"/acme/app", "http://github.com/acme/app", "HTTP://github.com:80?x", "http://github.com@evil.example/", "http://evil.example/http://github.com/", "http://github.com"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		got, ok := originForm(target, c)
+		if !ok {
+			return
+		}
+		if !strings.HasPrefix(got, "/") {
+			t.Fatalf("originForm(%q) = %q, not a path", target, got)
+		}
+		if strings.HasPrefix(target, "/") {
+			if got != target {
+				t.Fatalf("originForm changed an origin-form target %q to %q", target, got)
+			}
+			return
+		}
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			return // net/http refuses it before the interceptor sees it
+		}
+		if normalName(u.Hostname()) != "github.com" || u.User != nil || (u.Port() != "" && u.Port() != "80") {
+			t.Fatalf("took %q, which a URL parser reads as host %q port %q", target, u.Hostname(), u.Port())
+		}
+		if !strings.HasSuffix(target, strings.TrimPrefix(got, "/")) {
+			t.Fatalf("judged %q, which is not the rest of %q", got, target)
+		}
+	})
+}

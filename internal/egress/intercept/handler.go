@@ -37,10 +37,11 @@ func exchangeOf(ctx context.Context) *exchange {
 func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ex := &exchange{conn: c, h2: r.ProtoMajor == 2}
-	target, _, _ := strings.Cut(r.RequestURI, "?") // the query may carry secrets: never recorded
+	target, originOK := originForm(r.RequestURI, c)
+	logged, _, _ := strings.Cut(target, "?") // the query may carry secrets: never recorded
 	ev := audit.Event{
 		Time: start, Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
-		Detail: map[string]string{"method": r.Method, "path": target, "proto": r.Proto},
+		Detail: map[string]string{"method": r.Method, "path": logged, "proto": r.Proto},
 	}
 	cw := &countingWriter{ResponseWriter: w}
 	var body *countingBody
@@ -65,7 +66,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	deny := func(status int, rule, reason, fix string) {
 		ev.Rule, ev.Reason = rule, reason
 		ex.status = status
-		writeDenial(cw, r, c, status, reason, fix)
+		writeDenial(cw, r, c, logged, status, reason, fix)
 	}
 
 	if !authorityMatches(r.Host, c) || !hostHeadersMatch(r.Header.Values("Host"), c) {
@@ -77,7 +78,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusMethodNotAllowed, gatewayRule, "CONNECT inside an intercepted connection", "")
 		return
 	}
-	if !strings.HasPrefix(r.RequestURI, "/") {
+	if !originOK {
 		deny(http.StatusBadRequest, gatewayRule, errNotOrigin.Error(), "")
 		return
 	}
@@ -87,7 +88,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
 		return
 	}
-	v := i.rules.judge(c.name, r.Method, r.RequestURI)
+	v := i.rules.judge(c.name, r.Method, target)
 	if !v.allow {
 		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
 		return
@@ -160,12 +161,13 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	ex.status = http.StatusBadGateway
-	writeDenial(w, r, ex.conn, http.StatusBadGateway, reason+": "+err.Error(), "")
+	target, _ := originForm(r.RequestURI, ex.conn)
+	target, _, _ = strings.Cut(target, "?")
+	writeDenial(w, r, ex.conn, target, http.StatusBadGateway, reason+": "+err.Error(), "")
 }
 
 // writeDenial answers with a plain-text body that names what was refused, why, and how to allow it.
-func writeDenial(w http.ResponseWriter, r *http.Request, c *conn, status int, reason, fix string) {
-	target, _, _ := strings.Cut(r.RequestURI, "?")
+func writeDenial(w http.ResponseWriter, r *http.Request, c *conn, target string, status int, reason, fix string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "cordon: blocked %s %s://%s%s: %s\n", r.Method, c.scheme, c.upstream(), target, reason)
 	if fix != "" {
@@ -183,6 +185,31 @@ func writeDenial(w http.ResponseWriter, r *http.Request, c *conn, status int, re
 	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, b.String())
+}
+
+// originForm returns a request-target in origin-form ("/path?query"), and whether it could. On plain
+// HTTP an absolute-form target ("http://name:port/path", what a client sends to an explicit proxy) is
+// taken as its path when its authority names the connection's host; every other form is refused.
+func originForm(target string, c *conn) (string, bool) {
+	if strings.HasPrefix(target, "/") {
+		return target, true
+	}
+	if c.scheme != "http" || len(target) < len("http://") || !strings.EqualFold(target[:len("http://")], "http://") {
+		return target, false
+	}
+	rest := target[len("http://"):]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	if !authorityMatches(rest[:end], c) {
+		return target, false
+	}
+	rest = rest[end:]
+	if !strings.HasPrefix(rest, "/") {
+		rest = "/" + rest
+	}
+	return rest, true
 }
 
 // authorityMatches reports whether a request's Host (HTTP/1.1) or :authority (HTTP/2) names the

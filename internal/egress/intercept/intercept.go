@@ -134,9 +134,10 @@ func New(cfg Config) (*Interceptor, error) {
 	i.tr1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	i.tr1.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	i.proxy = &httputil.ReverseProxy{
-		Rewrite:        i.rewrite,
-		Transport:      roundTripper(i.pick),
-		FlushInterval:  -1,
+		Rewrite:   i.rewrite,
+		Transport: roundTripper(i.pick),
+		// FlushInterval 0: streamed answers (no Content-Length, event streams) are flushed at once,
+		// others as buffers fill.
 		BufferPool:     newBufferPool(),
 		ErrorLog:       i.errLog,
 		ModifyResponse: modifyResponse,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -482,14 +483,30 @@ func TestServePlain(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", s.addr)
 	}}}
-	for _, tc := range []struct {
-		path   string
-		status int
-	}{{"/acme/app/x", 200}, {"/acme/other/x", 403}} {
-		resp, body := get(t, c, newRequest(t, "GET", fmt.Sprintf("http://%s%s", s.hostPort(), tc.path), nil))
-		if resp.StatusCode != tc.status {
-			t.Fatalf("%s: %d, want %d: %s", tc.path, resp.StatusCode, tc.status, body)
+	// The same client using the interceptor as its explicit proxy sends absolute-form targets.
+	proxied := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: s.addr})}}
+	for _, cl := range []*http.Client{c, proxied} {
+		for _, tc := range []struct {
+			path   string
+			status int
+		}{{"/acme/app/x", 200}, {"/acme/other/x", 403}, {"/acme/app/../other/x", 403}} {
+			req := newRequest(t, "GET", fmt.Sprintf("http://%s/", s.hostPort()), nil)
+			req.URL.Opaque = tc.path // sent as is, not cleaned
+			resp, body := get(t, cl, req)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%s: %d, want %d: %s", tc.path, resp.StatusCode, tc.status, body)
+			}
 		}
+	}
+	for _, r := range up.requests() {
+		if strings.Contains(r.URI, "other") || !strings.HasPrefix(r.URI, "/") {
+			t.Fatalf("upstream got %+v", r)
+		}
+	}
+	// An absolute-form target naming another host is fronting, on plain HTTP as on TLS.
+	proxied.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: s.addr})
+	if resp, body := get(t, proxied, newRequest(t, "GET", "http://evil.example/acme/app/x", nil)); resp.StatusCode != 421 {
+		t.Fatalf("absolute-form for another host: %d %s", resp.StatusCode, body)
 	}
 }
 
