@@ -574,3 +574,48 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadersStripped: hop-by-hop and proxy headers the sandbox sends do not reach the upstream; an
+// ordinary header beside them does (the control).
+func TestHeadersStripped(t *testing.T) {
+	up := newUpstream(t, nil, false)
+	s := newSetup(t, up, "github.com", false)
+	c, br := s.raw(t)
+	fmt.Fprintf(c, "GET /h HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\n"+
+		"Forwarded: for=10.0.0.1\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Host: evil.example\r\nConnection: X-Hop\r\nX-Hop: 1\r\nX-Kept: yes\r\n\r\n", s.hostPort())
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	reqs := up.requests()
+	h := reqs[len(reqs)-1].Header
+	for _, k := range []string{"Proxy-Authorization", "Proxy-Connection", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Hop"} {
+		if v := h.Values(k); len(v) > 0 {
+			t.Errorf("upstream got %s: %q", k, v)
+		}
+	}
+	if h.Get("X-Kept") != "yes" {
+		t.Fatalf("an ordinary header was lost: %v", h)
+	}
+}
+
+// TestDialFailure: when the gateway's dialer refuses (a private address, say), the client gets a 502
+// saying why, and the event records the error.
+func TestDialFailure(t *testing.T) {
+	up := newUpstream(t, nil, false)
+	s := newSetup(t, up, "github.com", false, func(c *Config) {
+		c.Dial = func(context.Context, string, uint16) (net.Conn, error) {
+			return nil, errors.New("proxy: resolves to a private address (10.0.0.1)")
+		}
+	})
+	resp, body := get(t, s.client(false), newRequest(t, "GET", s.url("/x"), nil))
+	if resp.StatusCode != 502 || !strings.Contains(body, "private address") {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if ev := s.rec.last(t, "GET", "/x"); !strings.Contains(ev.Detail["error"], "private address") || ev.Detail["status"] != "502" {
+		t.Fatalf("event %+v", ev)
+	}
+	if len(up.requests()) != 0 {
+		t.Fatal("the upstream was reached")
+	}
+}
