@@ -95,6 +95,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	}
 	ev.Rule = v.rule
 	if i.modify != nil {
+		judged := r.URL.EscapedPath()
 		details, err := i.modify(r, c.name)
 		for k, val := range details {
 			if _, taken := ev.Detail[k]; !taken {
@@ -105,10 +106,10 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			deny(http.StatusForbidden, gatewayRule, "request refused while adding credentials: "+err.Error(), "")
 			return
 		}
-	}
-	if !authorityMatches(r.Host, c) {
-		deny(http.StatusBadGateway, gatewayRule, "the credential hook changed the request's Host", "")
-		return
+		if !authorityMatches(r.Host, c) || r.URL.EscapedPath() != judged {
+			deny(http.StatusBadGateway, gatewayRule, "the credential hook changed the request's Host or path", "")
+			return
+		}
 	}
 	ev.Decision = "allow"
 	r.Header.Del("Host")

@@ -45,8 +45,8 @@ type Config struct {
 	// which refuses private and metadata addresses; the interceptor never resolves names itself.
 	Dial func(ctx context.Context, name string, port uint16) (net.Conn, error)
 	// Modify, if set, runs on every allowed request before it goes upstream (credential injection).
-	// It may change headers, the query or the body, never where the request goes: the interceptor
-	// sets the upstream itself afterwards. It returns audit details to record (never secret values);
+	// It may change headers, the query or the body, never where the request goes: the upstream is
+	// set by the interceptor, and a changed Host or path (which the rules judged) is refused with 502. It returns audit details to record (never secret values);
 	// an error refuses the request with 403.
 	Modify func(r *http.Request, name string) (map[string]string, error)
 	// Recorder gets one audit.Event of Kind "http" per request. Nil records nothing.

@@ -433,6 +433,10 @@ func TestModify(t *testing.T) {
 		c.Hosts = []string{"*.example.com"}
 		c.Modify = func(r *http.Request, name string) (map[string]string, error) {
 			seen = append(seen, name+" "+r.URL.Path)
+			if r.URL.Path == "/reroute" {
+				r.URL.Path = "/elsewhere" // a buggy hook must not move the request past the rules
+				return nil, nil
+			}
 			if r.URL.Path == "/refuse" {
 				return map[string]string{"credential": "API_KEY"}, errors.New("placeholder bound to another host")
 			}
@@ -455,10 +459,13 @@ func TestModify(t *testing.T) {
 	if resp, body := get(t, s.client(false), newRequest(t, "GET", s.url("/refuse"), nil)); resp.StatusCode != 403 || !strings.Contains(body, "placeholder bound") {
 		t.Fatalf("refusal: %d %q", resp.StatusCode, body)
 	}
+	if resp, body := get(t, s.client(false), newRequest(t, "GET", s.url("/reroute"), nil)); resp.StatusCode != 502 || up.sawURI("/elsewhere") {
+		t.Fatalf("a hook that changed the path: %d %q", resp.StatusCode, body)
+	}
 	if up.sawURI("/refuse") {
 		t.Fatal("a request Modify refused reached the upstream")
 	}
-	if len(seen) != 2 || seen[0] != "api.example.com /v1/models" {
+	if len(seen) != 3 || seen[0] != "api.example.com /v1/models" {
 		t.Fatalf("Modify saw %q", seen)
 	}
 	ev := s.rec.last(t, "GET", "/v1/models")
