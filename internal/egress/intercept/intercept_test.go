@@ -209,9 +209,10 @@ rm -rf /tmp/seed.$$ && git init -q -b main seed.$$ && cd seed.$$ && echo hello >
 // and is refused pushing to (or cloning) acme/other; the same push succeeds under a rule allowing it.
 func TestGit(t *testing.T) {
 	up, root := gitUpstream(t)
-	push := func(t *testing.T, s *setup, repo string) (string, error) {
+	push := func(t *testing.T, s *setup, repo string, config ...string) (string, error) {
 		work := t.TempDir()
 		git := []string{"-c", "http.sslCAInfo=" + s.caFile, "-c", "http.sslCAPath=" + filepath.Dir(s.caFile), "-c", "http.curloptResolve=" + s.hostPort() + ":127.0.0.1"}
+		git = append(git, config...)
 		out, err := run(t, work, nil, "git", append(git, "clone", "-q", s.url("/acme/"+repo+".git"), "c")...)
 		if err != nil {
 			return "clone: " + out, err
@@ -226,6 +227,9 @@ func TestGit(t *testing.T) {
 	s := newSetup(t, up, "github.com", false, withRules(gitRules...))
 	if out, err := push(t, s, "app"); err != nil || !strings.Contains(logOf("app"), "agent-app") {
 		t.Fatalf("clone and push of acme/app under the rule failed: %v\n%s", err, out)
+	}
+	if ev := s.rec.last(t, "POST", "/acme/app.git/git-receive-pack"); ev.Decision != "allow" || ev.Detail["proto"] != "HTTP/2.0" || ev.BytesOut == 0 {
+		t.Fatalf("push event %+v", ev)
 	}
 	out, err := push(t, s, "other")
 	if err == nil || strings.Contains(logOf("other"), "agent-other") {
@@ -247,10 +251,14 @@ func TestGit(t *testing.T) {
 		}
 	}
 
-	// Control: with a rule that allows acme/other, the same push goes through.
+	// Control: with a rule that allows acme/other, the same push goes through (here over HTTP/1.1;
+	// git chose HTTP/2 above).
 	wide := newSetup(t, up, "github.com", false, withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET", "POST"}, Paths: []string{"/acme/*"}}}, Source: "network.http[0]"}))
-	if out, err := push(t, wide, "other"); err != nil || !strings.Contains(logOf("other"), "agent-other") {
+	if out, err := push(t, wide, "other", "-c", "http.version=HTTP/1.1"); err != nil || !strings.Contains(logOf("other"), "agent-other") {
 		t.Fatalf("control: push to acme/other under a rule allowing it failed: %v\n%s", err, out)
+	}
+	if ev := wide.rec.last(t, "POST", "/acme/other.git/git-receive-pack"); ev.Decision != "allow" || ev.Detail["proto"] != "HTTP/1.1" {
+		t.Fatalf("push event %+v", ev)
 	}
 }
 
