@@ -1,0 +1,294 @@
+package intercept
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+)
+
+// exchange is one request's state, shared with the reverse proxy's hooks through the context.
+type exchange struct {
+	conn   *conn
+	status int    // the upstream's status, or ours
+	err    string // why the upstream could not be reached
+	denied bool   // the gateway refused the upstream (its certificate)
+	h2     bool   // the client spoke HTTP/2
+}
+
+type exchangeKey struct{}
+
+func exchangeOf(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// handle judges one request and forwards it if allowed, recording one audit event either way.
+func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ex := &exchange{conn: c, h2: r.ProtoMajor == 2}
+	target, originOK := originForm(r.RequestURI, c)
+	logged, _, _ := strings.Cut(target, "?") // the query may carry secrets: never recorded
+	ev := audit.Event{
+		Time: start, Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
+		Detail: map[string]string{"method": r.Method, "path": logged, "proto": r.Proto},
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	var body *countingBody
+	defer func() {
+		if ex.status == 0 {
+			ex.status = cw.status
+		}
+		ev.Detail["status"] = strconv.Itoa(ex.status)
+		if ex.err != "" {
+			ev.Detail["error"] = ex.err
+		}
+		if ex.denied {
+			ev.Decision, ev.Rule, ev.Reason = "deny", gatewayRule, "upstream certificate not verified"
+		}
+		if body != nil {
+			ev.BytesOut = body.n.Load()
+		}
+		ev.BytesIn = cw.n
+		ev.Duration = time.Since(start)
+		i.rec.Record(ev)
+	}()
+	deny := func(status int, rule, reason, fix string) {
+		ev.Rule, ev.Reason = rule, reason
+		ex.status = status
+		writeDenial(cw, r, c, logged, status, reason, fix)
+	}
+
+	if !authorityMatches(r.Host, c) || !hostHeadersMatch(r.Header.Values("Host"), c) {
+		ev.Detail["host"] = r.Host
+		deny(http.StatusMisdirectedRequest, gatewayRule, "Host does not match the connection's name", "")
+		return
+	}
+	if r.Method == http.MethodConnect {
+		deny(http.StatusMethodNotAllowed, gatewayRule, "CONNECT inside an intercepted connection", "")
+		return
+	}
+	if !originOK {
+		deny(http.StatusBadRequest, gatewayRule, errNotOrigin.Error(), "")
+		return
+	}
+	if up := upgradeOf(r.Header); up != "" && !strings.EqualFold(up, "websocket") {
+		// After a 101 the connection is a tunnel the rules no longer see; an upgrade to h2c, say,
+		// would carry requests for any path. Websockets are the one upgrade relayed.
+		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
+		return
+	}
+	v := i.rules.judge(c.name, r.Method, target)
+	if !v.allow {
+		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
+		return
+	}
+	ev.Rule = v.rule
+	if i.modify != nil {
+		judged := r.URL.EscapedPath()
+		details, err := i.modify(r, c.name)
+		for k, val := range details {
+			if _, taken := ev.Detail[k]; !taken {
+				ev.Detail[k] = val
+			}
+		}
+		if err != nil {
+			deny(http.StatusForbidden, gatewayRule, "request refused while adding credentials: "+err.Error(), "")
+			return
+		}
+		if !authorityMatches(r.Host, c) || r.URL.EscapedPath() != judged {
+			deny(http.StatusBadGateway, gatewayRule, "the credential hook changed the request's Host or path", "")
+			return
+		}
+	}
+	ev.Decision = "allow"
+	r.Header.Del("Host")
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &countingBody{ReadCloser: r.Body}
+		r.Body = body
+	}
+	i.proxy.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+}
+
+// rewrite points the outgoing request at the connection's upstream, whatever the request (or Modify)
+// said, and keeps the Host the client sent (checked to name the same host).
+func (i *Interceptor) rewrite(pr *httputil.ProxyRequest) {
+	c := exchangeOf(pr.In.Context()).conn
+	pr.Out.URL.Scheme = c.scheme
+	pr.Out.URL.Host = c.upstream()
+	pr.Out.URL.User = nil
+	pr.Out.Host = pr.In.Host
+}
+
+func modifyResponse(res *http.Response) error {
+	if ex := exchangeOf(res.Request.Context()); ex != nil {
+		ex.status = res.StatusCode
+	}
+	return nil
+}
+
+// errorHandler answers 502 when the upstream could not be reached or answered nonsense; a certificate
+// the Roots do not vouch for is the gateway's refusal, and is recorded as one.
+func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	ex := exchangeOf(r.Context())
+	if ex == nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	ex.err = err.Error()
+	var (
+		unknown   x509.UnknownAuthorityError
+		invalid   x509.CertificateInvalidError
+		hostname  x509.HostnameError
+		verifyErr *tls.CertificateVerificationError
+	)
+	reason := "the upstream could not be reached"
+	if errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr) {
+		ex.denied = true
+		reason = "the upstream's certificate is not trusted (add its CA to the policy if it is meant to be reached)"
+	}
+	if errors.Is(err, context.Canceled) {
+		ex.status = 499 // the client went away; nobody reads the answer
+		return
+	}
+	ex.status = http.StatusBadGateway
+	target, _ := originForm(r.RequestURI, ex.conn)
+	target, _, _ = strings.Cut(target, "?")
+	writeDenial(w, r, ex.conn, target, http.StatusBadGateway, reason+": "+err.Error(), "")
+}
+
+// writeDenial answers with a plain-text body that names what was refused, why, and how to allow it.
+func writeDenial(w http.ResponseWriter, r *http.Request, c *conn, target string, status int, reason, fix string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cordon: blocked %s %s://%s%s: %s\n", r.Method, c.scheme, c.upstream(), target, reason)
+	if fix != "" {
+		fmt.Fprintf(&b, "to allow: %s\n", fix)
+	}
+	h := w.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	h.Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusMisdirectedRequest && r.ProtoMajor == 1 {
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// originForm returns a request-target in origin-form ("/path?query"), and whether it could. On plain
+// HTTP an absolute-form target ("http://name:port/path", what a client sends to an explicit proxy) is
+// taken as its path when its authority names the connection's host; every other form is refused.
+func originForm(target string, c *conn) (string, bool) {
+	if strings.HasPrefix(target, "/") {
+		return target, true
+	}
+	if c.scheme != "http" || len(target) < len("http://") || !strings.EqualFold(target[:len("http://")], "http://") {
+		return target, false
+	}
+	rest := target[len("http://"):]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	if !authorityMatches(rest[:end], c) {
+		return target, false
+	}
+	rest = rest[end:]
+	if !strings.HasPrefix(rest, "/") {
+		rest = "/" + rest
+	}
+	return rest, true
+}
+
+// authorityMatches reports whether a request's Host (HTTP/1.1) or :authority (HTTP/2) names the
+// connection's host; a port, if given, must be the connection's. Anything else is domain fronting.
+func authorityMatches(host string, c *conn) bool {
+	h, p := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		h, p = host[:i], host[i+1:]
+		if p == "" {
+			return false
+		}
+	}
+	if h == "" || normalName(h) != c.name {
+		return false
+	}
+	return p == "" || p == strconv.Itoa(int(c.port))
+}
+
+// upgradeOf is the protocol a request asks to switch to, or "" if it asks for none (the header only
+// counts when Connection lists it, as for the proxy that would relay it).
+func upgradeOf(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				if up := h.Get("Upgrade"); up != "" {
+					return up
+				}
+				return "(none named)"
+			}
+		}
+	}
+	return ""
+}
+
+// hostHeadersMatch checks Host header fields that arrived beside :authority in HTTP/2.
+func hostHeadersMatch(hs []string, c *conn) bool {
+	for _, h := range hs {
+		if !authorityMatches(h, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// countingWriter counts the body bytes sent to the client and remembers the status. Unwrap lets
+// http.ResponseController reach Flush and Hijack underneath.
+type countingWriter struct {
+	http.ResponseWriter
+	n      int64
+	status int
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if w.status == 0 || w.status < 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the request body bytes read for the upstream.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64 // the transport may still be reading when the handler records
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}

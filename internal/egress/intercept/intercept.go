@@ -1,0 +1,314 @@
+package intercept
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+)
+
+// Timeouts on the sandbox's side of an intercepted connection. Upstream responses have none: a long
+// poll or a slow clone is the agent's business.
+const (
+	handshakeTimeout  = 15 * time.Second
+	readHeaderTimeout = 30 * time.Second
+	idleTimeout       = 5 * time.Minute
+)
+
+// gatewayRule is the audit Rule of refusals the interceptor takes itself rather than a policy rule.
+const gatewayRule = "gateway"
+
+// Config is what an Interceptor needs. CA and Dial are required.
+type Config struct {
+	// CA mints the leaves the sandbox sees.
+	CA *CA
+	// Rules restrict the HTTP requests to the hosts they name.
+	Rules []Rule
+	// Hosts are further names to intercept without rules (for credential injection), in the syntax
+	// of Rule.Host.
+	Hosts []string
+	// Roots verify the real upstream's certificate; nil means the host's system roots.
+	Roots *x509.CertPool
+	// Dial connects to the real upstream for name:port. The gateway supplies its checked dialer,
+	// which refuses private and metadata addresses; the interceptor never resolves names itself.
+	Dial func(ctx context.Context, name string, port uint16) (net.Conn, error)
+	// Modify, if set, runs on every allowed request before it goes upstream (credential injection).
+	// It may change headers, the query or the body, never where the request goes: the upstream is
+	// set by the interceptor, and a changed Host or path (which the rules judged) is refused with 502. It returns audit details to record (never secret values);
+	// an error refuses the request with 403.
+	Modify func(r *http.Request, name string) (map[string]string, error)
+	// Recorder gets one audit.Event of Kind "http" per request. Nil records nothing.
+	Recorder audit.Recorder
+}
+
+// Interceptor terminates the sandbox's TLS for the names it wants, judges each HTTP request by the
+// rules, and forwards the allowed ones over verified TLS. It is safe for concurrent use; one serves
+// a whole run.
+type Interceptor struct {
+	ca     *CA
+	rules  ruleSet
+	hosts  []hostPattern
+	modify func(*http.Request, string) (map[string]string, error)
+	rec    audit.Recorder
+	tr1    *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
+	tr2    *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
+	proxy  *httputil.ReverseProxy
+	errLog *log.Logger
+}
+
+// New checks cfg and builds an Interceptor. Invalid rules are an error naming their Source.
+func New(cfg Config) (*Interceptor, error) {
+	if cfg.CA == nil {
+		return nil, errors.New("intercept: Config.CA is required")
+	}
+	if cfg.Dial == nil {
+		return nil, errors.New("intercept: Config.Dial is required")
+	}
+	rules, err := compileRules(cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("intercept: %w", err)
+	}
+	var hosts []hostPattern
+	for _, h := range cfg.Hosts {
+		hp, err := parseHostPattern(h)
+		if err != nil {
+			return nil, fmt.Errorf("intercept: %w", err)
+		}
+		hosts = append(hosts, hp)
+	}
+	i := &Interceptor{
+		ca:     cfg.CA,
+		rules:  rules,
+		hosts:  hosts,
+		modify: cfg.Modify,
+		rec:    cfg.Recorder,
+		errLog: log.New(io.Discard, "", 0),
+	}
+	if i.rec == nil {
+		i.rec = discard{}
+	}
+	dial := cfg.Dial
+	i.tr2 = &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("intercept: upstream address %q: %w", addr, err)
+			}
+			port, err := strconv.ParseUint(p, 10, 16)
+			if err != nil {
+				return nil, fmt.Errorf("intercept: upstream port %q: %w", p, err)
+			}
+			return dial(ctx, host, uint16(port))
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.Roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   handshakeTimeout,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   32,
+		DisableCompression:    true, // pass the client's Accept-Encoding and the answer through as they are
+		// Fewer, larger reads and writes: the relay's cost is mostly syscalls and TLS records.
+		ReadBufferSize:  64 << 10,
+		WriteBufferSize: 64 << 10,
+		HTTP2:           &http.HTTP2Config{MaxReadFrameSize: 1 << 20},
+	}
+	// The upstream protocol follows the client's: an HTTP/1.1 client's requests (websocket upgrades
+	// among them) go out as HTTP/1.1 on connections of their own, which also relays bulk data with
+	// less work than HTTP/2's framing and flow control.
+	i.tr1 = i.tr2.Clone()
+	i.tr1.ForceAttemptHTTP2 = false
+	i.tr1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	i.tr1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	i.proxy = &httputil.ReverseProxy{
+		Rewrite:   i.rewrite,
+		Transport: roundTripper(i.pick),
+		// FlushInterval 0: streamed answers (no Content-Length, event streams) are flushed at once,
+		// others as buffers fill.
+		BufferPool:     newBufferPool(),
+		ErrorLog:       i.errLog,
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   errorHandler,
+	}
+	return i, nil
+}
+
+// Close drops the idle upstream connections. Connections being served end with their contexts.
+func (i *Interceptor) Close() {
+	i.tr1.CloseIdleConnections()
+	i.tr2.CloseIdleConnections()
+}
+
+// pick sends a request upstream with the transport for the protocol its client spoke.
+func (i *Interceptor) pick(r *http.Request) (*http.Response, error) {
+	if ex := exchangeOf(r.Context()); ex != nil && ex.h2 {
+		return i.tr2.RoundTrip(r)
+	}
+	return i.tr1.RoundTrip(r)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Wants reports whether connections to name should be intercepted: some rule or Hosts entry covers
+// it. Every other name passes through as TLS untouched.
+func (i *Interceptor) Wants(name string) bool {
+	name = normalName(name)
+	if i.rules.covers(name) {
+		return true
+	}
+	for _, h := range i.hosts {
+		if h.matches(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeTLS takes a client connection whose first bytes are the TLS ClientHello (the caller has already
+// checked SNI == name and that the policy allows name:port), terminates TLS with a leaf for name
+// (ALPN h2 and http/1.1), and serves HTTP requests on it until the client is done or ctx ends. A
+// handshake whose SNI is not name is refused. It closes client, and returns nil when the client
+// ended the connection, ctx.Err() when ctx did, or why the handshake failed.
+func (i *Interceptor) ServeTLS(ctx context.Context, client net.Conn, name string, port uint16) error {
+	name = normalName(name)
+	leaf, err := i.ca.Leaf(name)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	tc := tls.Server(client, &tls.Config{
+		Certificates: []tls.Certificate{*leaf},
+		NextProtos:   []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	err = tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		client.Close()
+		return fmt.Errorf("intercept: TLS handshake with the sandbox for %s: %w", name, err)
+	}
+	if sni := normalName(tc.ConnectionState().ServerName); sni != name {
+		client.Close()
+		return fmt.Errorf("intercept: the sandbox's SNI %q is not %s", sni, name)
+	}
+	return i.serve(ctx, tc, &conn{name: name, port: port, scheme: "https"})
+}
+
+// ServePlain is ServeTLS for a plain-HTTP connection (port 80 and the like): the same checks and
+// rules, forwarded upstream as plain HTTP.
+func (i *Interceptor) ServePlain(ctx context.Context, client net.Conn, name string, port uint16) error {
+	return i.serve(ctx, client, &conn{name: normalName(name), port: port, scheme: "http"})
+}
+
+// conn is what every request on one client connection shares.
+type conn struct {
+	name   string
+	port   uint16
+	scheme string
+}
+
+func (c *conn) upstream() string {
+	return net.JoinHostPort(c.name, strconv.Itoa(int(c.port)))
+}
+
+// serve runs an HTTP server (HTTP/1.1, and HTTP/2 when TLS negotiated it) on the one connection c
+// until the connection is closed, a hijacked one (a websocket) is done, or ctx ends.
+func (i *Interceptor) serve(ctx context.Context, c net.Conn, info *conn) error {
+	done := make(chan struct{})
+	var once sync.Once
+	finish := func() { once.Do(func() { close(done) }) }
+	var hijacked atomic.Bool
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			i.handle(info, w, r)
+			if hijacked.Load() {
+				finish() // the server forgot the connection when it was hijacked
+			}
+		}),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateClosed:
+				finish()
+			case http.StateHijacked:
+				hijacked.Store(true)
+			}
+		},
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          i.errLog,
+	}
+	ln := newOneConnListener(c)
+	go func() { _ = srv.Serve(ln) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_ = srv.Close()
+	_ = ln.Close()
+	c.Close() // a hijacked connection is not the server's to close
+	return err
+}
+
+// discard is the Recorder when none is configured.
+type discard struct{}
+
+func (discard) Record(audit.Event) {}
+
+// oneConnListener hands its one connection to http.Server.Serve, then blocks until closed.
+type oneConnListener struct {
+	c      chan net.Conn
+	addr   net.Addr
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	l := &oneConnListener{c: make(chan net.Conn, 1), addr: c.LocalAddr(), closed: make(chan struct{})}
+	l.c <- c
+	return l
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.addr }
+
+// bufferPool recycles ReverseProxy's copy buffers.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (bp *bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
+func (bp *bufferPool) Put(b []byte) { bp.p.Put(&b) }
