@@ -45,10 +45,12 @@ func parseScope(repos []string, perms map[string]string) (scope, error) {
 			return scope{}, err
 		}
 		if owner != "" {
-			if sc.owner != "" && !strings.EqualFold(sc.owner, owner) {
+			switch {
+			case sc.owner == "":
+				sc.owner = owner
+			case !strings.EqualFold(sc.owner, owner):
 				return scope{}, fmt.Errorf("repository %q: owner differs from %q; an installation token covers one owner's repositories", r, sc.owner)
 			}
-			sc.owner = owner
 		}
 		if !slices.ContainsFunc(sc.repos, func(s string) bool { return strings.EqualFold(s, name) }) {
 			sc.repos = append(sc.repos, name)

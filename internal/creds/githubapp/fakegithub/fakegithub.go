@@ -54,6 +54,9 @@ type Options struct {
 	Now func() time.Time
 	// TLS serves HTTPS with httptest's certificate (Client trusts it).
 	TLS bool
+	// Key is the app's private key; nil generates one. Generating a 2048-bit key takes a noticeable
+	// fraction of a second, so tests making many apps share one.
+	Key *rsa.PrivateKey
 	// OverGrant makes the fake misbehave: every token gets all of the installation's repositories and
 	// permissions whatever was asked, as a server ignoring the request's scope would. For testing that
 	// clients refuse a grant broader than they asked for.
@@ -76,7 +79,11 @@ type App struct {
 // NewApp makes a key pair and starts a fake GitHub that knows the app by its public key.
 func NewApp(t testing.TB, o Options) *App {
 	t.Helper()
-	pemBytes, key := GenerateKey(t)
+	key := o.Key
+	if key == nil {
+		_, key = GenerateKey(t)
+	}
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	s := NewServer(t, &key.PublicKey, o)
 	return &App{ID: s.appID, InstallationID: s.inst.id, Owner: s.inst.owner, PrivateKeyPEM: pemBytes, Key: key, Server: s}
 }
