@@ -276,15 +276,7 @@ func TestTokenLifecycle(t *testing.T) {
 	clk := newClock()
 	app := fakegithub.NewApp(t, fakegithub.Options{Now: clk.Now, TLS: true,
 		Permissions: map[string]string{"contents": "write", "metadata": "read"}})
-	mint := func(perms map[string]string) string {
-		t.Helper()
-		status, body := do(t, app, "POST", "/app/installations/1000/access_tokens", "Bearer "+appJWT(t, app, clk.Now()),
-			map[string]any{"repositories": []string{"app"}, "permissions": perms})
-		if status != 201 {
-			t.Fatalf("mint: %d %v", status, body)
-		}
-		return body["token"].(string)
-	}
+	mint := func(perms map[string]string) string { return mintToken(t, app, clk, []string{"app"}, perms) }
 	writer := mint(map[string]string{"contents": "write"})
 	reader := mint(map[string]string{"contents": "read"})
 	metaOnly := mint(map[string]string{"metadata": "read"})
@@ -342,5 +334,23 @@ func TestTokenLifecycle(t *testing.T) {
 	clk.Advance(time.Second)
 	if app.Valid(reader) || app.Authorize(reader, "acme/app", false) || app.Revoked(reader) {
 		t.Error("token valid at its expiry, or counted as revoked")
+	}
+}
+
+// mintToken asks the fake for a token as an app client would, with a hand-made JWT.
+func mintToken(t *testing.T, app *fakegithub.App, clk *clock, repos []string, perms map[string]string) string {
+	t.Helper()
+	status, body := do(t, app, "POST", "/app/installations/1000/access_tokens", "Bearer "+appJWT(t, app, clk.Now()),
+		map[string]any{"repositories": repos, "permissions": perms})
+	if status != 201 {
+		t.Fatalf("mint: %d %v", status, body)
+	}
+	return body["token"].(string)
+}
+
+func revoke(t *testing.T, app *fakegithub.App, tok string) {
+	t.Helper()
+	if status, _ := do(t, app, "DELETE", "/installation/token", "Bearer "+tok, nil); status != 204 {
+		t.Fatalf("revoke: %d, want 204", status)
 	}
 }
