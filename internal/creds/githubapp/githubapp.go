@@ -35,6 +35,12 @@ const (
 	// refreshMargin: a token with less than this left is replaced, so a request the gateway is about to
 	// authorize (a long git push, say) never starts with a token about to expire.
 	refreshMargin = 10 * time.Minute
+	// minUsable: when a refresh fails, the token being replaced is still handed out while it has at
+	// least this long to live, so that a GitHub hiccup inside the refresh margin costs the agent nothing.
+	minUsable = time.Minute
+	// retryBackoff spaces refresh attempts after a failure while the old token is still usable, so that
+	// an outage is not met with a mint attempt per proxied request.
+	retryBackoff = 30 * time.Second
 	// requestTimeout bounds one call to the API, whether or not the caller's context has a deadline.
 	requestTimeout = 30 * time.Second
 	// maxResponse bounds what is read from the API, so a broken or hostile server cannot exhaust memory.
@@ -106,6 +112,7 @@ type Source struct {
 	live     []*token  // minted and not yet known revoked or expired, the current one included
 	inflight *mintCall // the mint in progress, shared by everyone waiting for it
 	closed   bool      // Revoke was called
+	retryAt  time.Time // after a failed refresh: no new attempt before this while current is usable
 }
 
 // token is one installation token and when it dies.
@@ -124,6 +131,11 @@ func (t *token) fresh(now time.Time) bool {
 		margin = life / 2
 	}
 	return now.Before(t.expires.Add(-margin))
+}
+
+// usable reports whether the token may still be handed out when its replacement could not be minted.
+func (t *token) usable(now time.Time) bool {
+	return now.Before(t.expires.Add(-minUsable))
 }
 
 // mintCall is one mint in progress; done is closed once tok or err is set.
@@ -220,13 +232,17 @@ func (s *Source) LogValue() slog.Value {
 // Token returns an installation token with at least ten minutes to live, minting one if needed. Callers
 // that arrive while a mint is in progress wait for it rather than mint again. The mint itself does not
 // stop when the caller's context does (others may be waiting for it) but is bounded by its own timeout.
+//
+// If a refresh fails while the current token still has a minute or more to live, Token returns that
+// token and tries again at most every 30 seconds; past that, the refresh's error is returned.
 func (s *Source) Token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return "", ErrRevoked
 	}
-	if t := s.current; t != nil && t.fresh(s.now()) {
+	now := s.now()
+	if t := s.current; t != nil && (t.fresh(now) || now.Before(s.retryAt) && t.usable(now)) {
 		s.mu.Unlock()
 		return t.value, nil
 	}
@@ -240,10 +256,15 @@ func (s *Source) Token(ctx context.Context) (string, error) {
 
 	select {
 	case <-c.done:
-		if c.err != nil {
-			return "", c.err
+		if c.err == nil {
+			return c.tok.value, nil
 		}
-		return c.tok.value, nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if t := s.current; t != nil && !s.closed && t.usable(s.now()) {
+			return t.value, nil
+		}
+		return "", c.err
 	case <-ctx.Done():
 		return "", fmt.Errorf("githubapp: waiting for installation token: %w", ctx.Err())
 	}
@@ -262,6 +283,8 @@ func (s *Source) mint(ctx context.Context, c *mintCall) {
 		s.live = slices.DeleteFunc(s.live, func(t *token) bool { return !now.Before(t.expires) })
 		s.live = append(s.live, tok)
 		s.current = tok
+	} else {
+		s.retryAt = s.now().Add(retryBackoff)
 	}
 	s.inflight = nil
 	c.tok, c.err = tok, err

@@ -726,3 +726,66 @@ func TestRevokeDuringMint(t *testing.T) {
 		t.Errorf("Token after Revoke: %v, want ErrRevoked", err)
 	}
 }
+
+// TestRefreshFailure: inside the refresh margin, a failed refresh still hands out the current token
+// while it has a minute left, retries at most every 30 seconds, and fails once the token is nearly dead.
+func TestRefreshFailure(t *testing.T) {
+	clk := newClock()
+	app := newApp(t, fakegithub.Options{Now: clk.Now})
+	var failing atomic.Bool
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			attempts.Add(1)
+			if failing.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				w.Write([]byte(`{"message":"Service Unavailable"}`))
+				return
+			}
+		}
+		app.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := config(app, clk)
+	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
+	src := newSource(t, cfg)
+	ctx := context.Background()
+	first, err := src.Token(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+
+	steps := []struct {
+		advance      time.Duration
+		wantAttempts int32
+		wantTok      string // "" means an error
+	}{
+		{51 * time.Minute, 2, first},            // inside the margin: refresh fails, old token served
+		{0, 2, first},                           // backing off: no new attempt
+		{29 * time.Second, 2, first},            // still backing off
+		{time.Second, 3, first},                 // 30 s later: one more attempt
+		{7*time.Minute + 31*time.Second, 4, ""}, // 59 min: under a minute left, the error surfaces
+		{0, 5, ""},                              // and every call retries
+	}
+	for i, st := range steps {
+		clk.Advance(st.advance)
+		tok, err := src.Token(ctx)
+		if st.wantTok == "" {
+			var apiErr *githubapp.APIError
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
+				t.Fatalf("step %d: Token = %v, want the refresh's 503", i, err)
+			}
+		} else if err != nil || tok != st.wantTok {
+			t.Fatalf("step %d: Token = %v, want the current token", i, err)
+		}
+		if n := attempts.Load(); n != st.wantAttempts {
+			t.Fatalf("step %d: %d mint attempts, want %d", i, n, st.wantAttempts)
+		}
+	}
+	failing.Store(false)
+	tok, err := src.Token(ctx)
+	if err != nil || tok == first || !app.Valid(tok) {
+		t.Fatalf("after recovery: %v, want a new valid token", err)
+	}
+}
