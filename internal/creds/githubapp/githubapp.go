@@ -81,7 +81,7 @@ type Config struct {
 // log line or an error message cannot leak it.
 func (c Config) Format(f fmt.State, _ rune) {
 	fmt.Fprintf(f, "githubapp.Config{AppID:%d InstallationID:%d Repositories:%q Permissions:%v BaseURL:%q PrivateKeyPEM:[redacted]}",
-		c.AppID, c.InstallationID, c.Repositories, c.Permissions, c.BaseURL)
+		c.AppID, c.InstallationID, c.Repositories, c.Permissions, redactURL(c.BaseURL))
 }
 
 // LogValue is what log/slog records for a Config: the same fields as Format, never the key.
@@ -91,7 +91,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("installation_id", c.InstallationID),
 		slog.Any("repositories", c.Repositories),
 		slog.Any("permissions", c.Permissions),
-		slog.String("base_url", c.BaseURL),
+		slog.String("base_url", redactURL(c.BaseURL)),
 	)
 }
 
@@ -193,7 +193,7 @@ func parseBaseURL(s string) (string, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%q does not parse: %w", s, err)
+		return "", errors.New("does not parse as a URL") // not quoted: it may hold a password
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" || u.Host == "" {
 		return "", fmt.Errorf("%q: want scheme://host[:port][/path], nothing else", u.Redacted())
@@ -205,6 +205,15 @@ func parseBaseURL(s string) (string, error) {
 		return "", fmt.Errorf("%q: want https (plain http only to a loopback host)", u.Redacted())
 	}
 	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// redactURL shows a URL without a password, for printing a Config that New has not checked yet.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "[unparseable]"
+	}
+	return u.Redacted()
 }
 
 func isLoopback(host string) bool {

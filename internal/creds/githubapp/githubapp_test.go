@@ -630,6 +630,7 @@ func TestNewValidation(t *testing.T) {
 		{"credentials in the URL", func(c *githubapp.Config) { c.BaseURL = "https://user:pw@ghe.example" }, "nothing else"},
 		{"query in the URL", func(c *githubapp.Config) { c.BaseURL = "https://ghe.example/?x=1" }, "nothing else"},
 		{"no host", func(c *githubapp.Config) { c.BaseURL = "https:///api" }, "nothing else"},
+		{"unparseable, with a password", func(c *githubapp.Config) { c.BaseURL = "https://u:pw@ghe.example:port/" }, "does not parse"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -663,6 +664,7 @@ func TestFormattingHidesSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.BaseURL = "https://user:hunter2hunter2@ghe.example/api/v3" // a Config New would refuse can still be logged
 	var out bytes.Buffer
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
 		fmt.Fprintf(&out, verb+"\n", cfg)
@@ -678,7 +680,7 @@ func TestFormattingHidesSecrets(t *testing.T) {
 	}
 	// The key as text, as the list of byte values %v prints, and as %x hex.
 	inner := app.PrivateKeyPEM[40:80]
-	secrets := append(pemBody(app.PrivateKeyPEM), tok, strings.Trim(fmt.Sprint(inner), "[]"), hex.EncodeToString(inner))
+	secrets := append(pemBody(app.PrivateKeyPEM), tok, "hunter2", strings.Trim(fmt.Sprint(inner), "[]"), hex.EncodeToString(inner))
 	leaks := func(text string) bool {
 		return slices.ContainsFunc(secrets, func(s string) bool { return strings.Contains(text, s) })
 	}
