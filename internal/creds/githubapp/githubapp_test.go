@@ -133,20 +133,22 @@ func TestMintScoped(t *testing.T) {
 	}
 }
 
-// TestEnterpriseBaseURL serves the fake under /api/v3, as GitHub Enterprise Server does, and checks the
-// headers GitHub's API wants on every call.
+// TestEnterpriseBaseURL serves the fake under /api/v3, as GitHub Enterprise Server does, over HTTP/2,
+// and checks the headers GitHub's API wants on every call.
 func TestEnterpriseBaseURL(t *testing.T) {
 	clk := newClock()
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	var mu sync.Mutex
 	var seen []string
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s accept=%s version=%s ua=%t ctype=%s", r.Method, r.URL.Path,
+		seen = append(seen, fmt.Sprintf("%s %s %s accept=%s version=%s ua=%t ctype=%s", r.Proto, r.Method, r.URL.Path,
 			r.Header.Get("Accept"), r.Header.Get("X-GitHub-Api-Version"), r.Header.Get("User-Agent") != "", r.Header.Get("Content-Type")))
 		mu.Unlock()
 		http.StripPrefix("/api/v3", app.Handler()).ServeHTTP(w, r)
 	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	cfg := config(app, clk)
 	cfg.BaseURL, cfg.HTTPClient = srv.URL+"/api/v3/", srv.Client()
@@ -162,8 +164,8 @@ func TestEnterpriseBaseURL(t *testing.T) {
 		t.Error("token not revoked")
 	}
 	want := []string{
-		"POST /api/v3/app/installations/1000/access_tokens accept=application/vnd.github+json version=2022-11-28 ua=true ctype=application/json",
-		"DELETE /api/v3/installation/token accept=application/vnd.github+json version=2022-11-28 ua=true ctype=",
+		"HTTP/2.0 POST /api/v3/app/installations/1000/access_tokens accept=application/vnd.github+json version=2022-11-28 ua=true ctype=application/json",
+		"HTTP/2.0 DELETE /api/v3/installation/token accept=application/vnd.github+json version=2022-11-28 ua=true ctype=",
 	}
 	if !slices.Equal(seen, want) {
 		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))

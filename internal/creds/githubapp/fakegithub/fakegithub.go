@@ -52,7 +52,7 @@ type Options struct {
 	TokenTTL time.Duration
 	// Now is the fake's clock, for JWT checks and token expiry. Default time.Now.
 	Now func() time.Time
-	// TLS serves HTTPS with httptest's certificate (Client trusts it).
+	// TLS serves HTTPS (HTTP/2 and HTTP/1.1) with httptest's certificate; Client trusts it.
 	TLS bool
 	// Key is the app's private key; nil generates one. Generating a 2048-bit key takes a noticeable
 	// fraction of a second, so tests making many apps share one.
@@ -133,6 +133,7 @@ type Server struct {
 	ttl       time.Duration
 	now       func() time.Time
 	overGrant bool
+	handler   http.Handler
 	httpSrv   *httptest.Server
 
 	mu     sync.Mutex
@@ -177,10 +178,21 @@ func NewServer(t testing.TB, pub *rsa.PublicKey, o Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /app", s.getApp)
+	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.createToken)
+	mux.HandleFunc("DELETE /installation/token", s.revokeToken)
+	mux.HandleFunc("GET /installation/repositories", s.listRepositories)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "Not Found")
+	})
+	s.handler = mux
+	s.httpSrv = httptest.NewUnstartedServer(mux)
 	if o.TLS {
-		s.httpSrv = httptest.NewTLSServer(s.Handler())
+		s.httpSrv.EnableHTTP2 = true
+		s.httpSrv.StartTLS()
 	} else {
-		s.httpSrv = httptest.NewServer(s.Handler())
+		s.httpSrv.Start()
 	}
 	t.Cleanup(s.httpSrv.Close)
 	return s
@@ -193,17 +205,7 @@ func (s *Server) URL() string { return s.httpSrv.URL }
 func (s *Server) Client() *http.Client { return s.httpSrv.Client() }
 
 // Handler serves the API at the root; mount it under a prefix to play GitHub Enterprise ("/api/v3").
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /app", s.getApp)
-	mux.HandleFunc("POST /app/installations/{id}/access_tokens", s.createToken)
-	mux.HandleFunc("DELETE /installation/token", s.revokeToken)
-	mux.HandleFunc("GET /installation/repositories", s.listRepositories)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "Not Found")
-	})
-	return mux
-}
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Tokens returns copies of all tokens issued so far, oldest first.
 func (s *Server) Tokens() []Token {
