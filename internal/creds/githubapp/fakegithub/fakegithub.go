@@ -5,11 +5,14 @@
 // It authenticates the app by verifying its JWT (RS256 only, against the app's public key, issuer and
 // time window checked), issues installation tokens only within the installation's repositories and the
 // app's permissions (422 otherwise, like GitHub), revokes them, and records everything for assertions.
-// Authorize lets another test server (a git smart-HTTP upstream, say) ask whether a token may read or
-// write a repository, so an end-to-end test can check the scope a token really carries.
+// Authorize lets another test server ask whether a token may read or write a repository, and GitAuth
+// wraps a git smart-HTTP backend with that check, so an end-to-end test can see the scope a token
+// really carries.
 //
-// Only the app's public key is needed to verify; NewApp also makes the private key, since a test plays
-// the app's operator too.
+// Endpoints: GET /app and POST /app/installations/{id}/access_tokens (app JWT), DELETE
+// /installation/token and GET /installation/repositories (installation token). Only the app's public
+// key is needed to verify; NewApp also makes the private key, since a test plays the app's operator too.
+// It is test code (it imports testing); nothing in cordon's binary may import it.
 package fakegithub
 
 import (
