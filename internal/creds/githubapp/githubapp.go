@@ -343,6 +343,9 @@ func (s *Source) requestToken(ctx context.Context) (*token, error) {
 	tok := &token{value: resp.Token, minted: now}
 	// From here on a token exists on GitHub's side: any refusal revokes it before returning.
 	refuse := func(err error) (*token, error) {
+		if msg := err.Error(); strings.Contains(msg, tok.value) { // a server echoing the token into a field
+			err = errors.New(strings.ReplaceAll(msg, tok.value, "[redacted]"))
+		}
 		err = fmt.Errorf("githubapp: %s for installation %d: %w", op, s.installationID, err)
 		if rerr := s.deleteToken(ctx, tok.value); rerr != nil {
 			return nil, errors.Join(err, fmt.Errorf("and revoking the refused token failed: %w", rerr))

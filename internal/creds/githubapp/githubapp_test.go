@@ -553,6 +553,7 @@ func TestBadResponses(t *testing.T) {
 		{"no repositories", 201, set("repositories", nil), "lists no repositories", true},
 		{"extra permission", 201, set("permissions", map[string]string{"contents": "write", "pull_requests": "write", "workflows": "write"}), "workflows:write, which was not asked for", true},
 		{"selection all", 201, set("repository_selection", "all"), "repository_selection", true},
+		{"token echoed into a field", 201, set("repository_selection", tok), "repository_selection \"[redacted]\"", true},
 		{"server error echoing the JWT", 500, "echo", "HTTP 500 Internal Server Error: bad credential Bearer [redacted]", false},
 		{"redirect", 307, nil, "HTTP 307", false},
 	}

@@ -138,7 +138,7 @@ type grantedRepository struct {
 // fail later with an obscure 403 instead of this clear error.
 func (sc scope) checkGrant(selection string, repos []grantedRepository, perms map[string]string) error {
 	if selection != "" && selection != "selected" {
-		return fmt.Errorf("token covers repository_selection %q, asked for %d selected repositories", selection, len(sc.repos))
+		return fmt.Errorf("token covers repository_selection %q, asked for %d selected repositories", printable(selection), len(sc.repos))
 	}
 	if repos == nil {
 		return errors.New("response lists no repositories; cannot confirm the token is limited to the ones asked for")
