@@ -37,19 +37,30 @@ func TestGitAuth(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	seed := filepath.Join(work, "seed")
+	seed, bare := filepath.Join(work, "seed"), filepath.Join(root, "acme", "app.git")
 	for _, args := range [][]string{
-		{"init", "-q", "--bare", "-b", "main", filepath.Join(root, "acme", "app.git")},
-		{"-C", filepath.Join(root, "acme", "app.git"), "config", "http.receivepack", "true"},
-		{"init", "-q", "--bare", "-b", "main", filepath.Join(root, "acme", "docs.git")},
+		{"init", "-q", "--bare", "-b", "main", bare},
 		{"init", "-q", "-b", "main", seed},
 		{"-C", seed, "commit", "-q", "--allow-empty", "-m", "seed"},
-		{"-C", seed, "push", "-q", filepath.Join(root, "acme", "app.git"), "main"},
-		{"-C", seed, "push", "-q", filepath.Join(root, "acme", "docs.git"), "main"},
+		{"-C", seed, "push", "-q", bare, "main"},
 	} {
 		if out, err := run(work, args...); err != nil {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
+	}
+	cfg, err := os.OpenFile(filepath.Join(bare, "config"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.WriteString("[http]\n\treceivepack = true\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// acme/docs exists too, so a refusal to reach it is GitAuth's and not the backend's "not found".
+	if err := os.CopyFS(filepath.Join(root, "acme", "docs.git"), os.DirFS(bare)); err != nil {
+		t.Fatal(err)
 	}
 	srv := httptest.NewTLSServer(app.GitAuth(&cgi.Handler{
 		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
@@ -67,6 +78,7 @@ func TestGitAuth(t *testing.T) {
 
 	writer := mintToken(t, app, clk, []string{"app"}, map[string]string{"contents": "write"})
 	reader := mintToken(t, app, clk, []string{"app"}, map[string]string{"contents": "read"})
+	docsReader := mintToken(t, app, clk, []string{"docs"}, map[string]string{"contents": "read"})
 	revoked := mintToken(t, app, clk, []string{"app"}, map[string]string{"contents": "write"})
 	revoke(t, app, revoked)
 
@@ -81,6 +93,7 @@ func TestGitAuth(t *testing.T) {
 		{"read token reads", reader, "acme/app", false, ""},
 		{"read token cannot push", reader, "acme/app", true, "403"},
 		{"repository outside the token", writer, "acme/docs", false, "not found"},
+		{"a token for that repository reads it", docsReader, "acme/docs", false, ""},
 		{"revoked token", revoked, "acme/app", false, "Authentication failed"},
 		{"no token", "", "acme/app", false, "terminal prompts disabled"},
 	}
@@ -102,7 +115,7 @@ func TestGitAuth(t *testing.T) {
 					t.Fatalf("refused: %v\n%s", err, out)
 				}
 				if tt.push {
-					if _, err := run(root, "-C", filepath.Join(root, "acme", "app.git"), "rev-parse", "--verify", branch); err != nil {
+					if _, err := run(root, "-C", bare, "rev-parse", "--verify", branch); err != nil {
 						t.Errorf("the push did not land: %v", err)
 					}
 				} else if !strings.Contains(out, "refs/heads/main") {
