@@ -72,7 +72,9 @@ func config(app *fakegithub.App, clk *clock) githubapp.Config {
 	}
 }
 
-func newSource(t *testing.T, cfg githubapp.Config) *githubapp.Source {
+func newSourceB(t testing.TB, cfg githubapp.Config) *githubapp.Source { return newSource(t, cfg) }
+
+func newSource(t testing.TB, cfg githubapp.Config) *githubapp.Source {
 	t.Helper()
 	s, err := githubapp.New(cfg)
 	if err != nil {
