@@ -2,6 +2,7 @@ package fakegithub
 
 import (
 	"net/http"
+	"path"
 	"strings"
 )
 
@@ -42,8 +43,13 @@ func (s *Server) GitAuth(next http.Handler) http.Handler {
 }
 
 // gitRepository reads "owner/repo" from a smart-HTTP path, /owner/repo(.git)/(info/refs|git-*-pack).
-func gitRepository(path string) (string, bool) {
-	parts := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 3)
+// A path that is not already clean ("..", "//") is refused, so the repository judged here is the one
+// the backend serves.
+func gitRepository(p string) (string, bool) {
+	if path.Clean(p) != p {
+		return "", false
+	}
+	parts := strings.SplitN(strings.TrimPrefix(p, "/"), "/", 3)
 	if len(parts) < 3 || parts[0] == "" || parts[1] == "" || parts[0] == ".." || parts[1] == ".." {
 		return "", false
 	}

@@ -3,6 +3,7 @@ package fakegithub_test
 import (
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
@@ -127,5 +128,39 @@ func TestGitAuth(t *testing.T) {
 				t.Fatalf("git: %v, output %q; want a failure mentioning %q", err, out, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestGitAuthPaths: a path that names one repository to the check and another to the backend is refused.
+func TestGitAuthPaths(t *testing.T) {
+	clk := newClock()
+	app := fakegithub.NewApp(t, fakegithub.Options{Now: clk.Now})
+	tok := mintToken(t, app, clk, []string{"app"}, map[string]string{"contents": "read"})
+	var reached []string
+	h := app.GitAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached = append(reached, r.URL.Path) }))
+	for _, tt := range []struct {
+		path string
+		want int
+	}{
+		{"/acme/app.git/info/refs", 200}, // control
+		{"/acme/app/info/refs", 200},
+		{"/acme/app.git/../docs.git/info/refs", 404},
+		{"/acme/app.git/../../acme/docs.git/info/refs", 404},
+		{"/acme/./app.git/info/refs", 404},
+		{"//acme/app.git/info/refs", 404},
+		{"/acme/app.git", 404},
+		{"/acme/docs.git/info/refs", 404},
+	} {
+		req := httptest.NewRequest("GET", "http://github.test/", nil)
+		req.URL.Path = tt.path
+		req.SetBasicAuth("x-access-token", tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tt.want {
+			t.Errorf("%s: %d, want %d", tt.path, rec.Code, tt.want)
+		}
+	}
+	if len(reached) != 2 {
+		t.Errorf("backend reached for %v, want only the two controls", reached)
 	}
 }
