@@ -26,7 +26,10 @@ func main() {
 	sizeMiB := flag.Int("size", 1024, "download size in MiB")
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
 	concurrent := flag.Int("concurrent", 10000, "connections held open at once")
+	tests := flag.String("tests", "download,rate,concurrent", "comma-separated tests to run")
+	keep := flag.Bool("keep", false, "keep the state directory (audit logs) and print its path")
 	flag.Parse()
+	want := func(t string) bool { return strings.Contains(","+*tests+",", ","+t+",") }
 	bin, err := filepath.Abs(*cordon)
 	check(err)
 	// The gateway holds two descriptors per relayed connection; give cordon (inherited by the child)
@@ -55,7 +58,11 @@ func main() {
 
 	dir, err := os.MkdirTemp("", "cordon-bench-egress-")
 	check(err)
-	defer os.RemoveAll(dir)
+	if *keep {
+		fmt.Println("state kept in", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	project := filepath.Join(dir, "project")
 	check(os.Mkdir(project, 0o755))
 	pol := filepath.Join(dir, "policy.yaml")
@@ -67,10 +74,13 @@ func main() {
 	curl := func(host string) string {
 		return fmt.Sprintf("curl -sS --noproxy '*' -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", host, port, *sizeMiB)
 	}
-	direct := speed(run(env, project, "sh", "-c", curl("127.0.0.1")))
-	through := speed(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test")))
-	fmt.Printf("download %d MiB: direct %.0f MiB/s, through the gateway %.0f MiB/s: %.2fx of direct (target >= 0.8x)\n",
-		*sizeMiB, direct/(1<<20), through/(1<<20), through/direct)
+	if want("download") {
+		direct := speed(run(env, project, "sh", "-c", curl("127.0.0.1")))
+		through := speed(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test")))
+		fmt.Printf("download %d MiB: direct %.0f MiB/s, through the gateway %.0f MiB/s: %.2fx of direct (target >= 0.8x)\n",
+			*sizeMiB, direct/(1<<20), through/(1<<20), through/direct)
+
+	}
 
 	// Connection rate: one Python process opens and closes N connections in sequence.
 	py := `python3 -c '
@@ -82,12 +92,17 @@ for i in range(n):
     s = socket.create_connection(addr); s.sendall(b"HEAD /?mib=0 HTTP/1.1\r\nHost: bench.test\r\n\r\n"); s.recv(1024); s.close()
 print(n / (time.perf_counter() - t))
 ' %s %d %d`
-	cd := rate(run(env, project, "sh", "-c", fmt.Sprintf(py, "127.0.0.1", port, *conns)))
-	cg := rate(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", fmt.Sprintf(py, "bench.test", port, *conns)))
-	fmt.Printf("new connections (request + response each): direct %.0f/s, through the gateway %.0f/s (%.2fx; target >= 5000/s); added per connection %.0f µs\n",
-		cd, cg, cg/cd, (1/cg-1/cd)*1e6)
+	if want("rate") {
+		cd := rate(run(env, project, "sh", "-c", fmt.Sprintf(py, "127.0.0.1", port, *conns)))
+		cg := rate(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", fmt.Sprintf(py, "bench.test", port, *conns)))
+		fmt.Printf("new connections (request + response each): direct %.0f/s, through the gateway %.0f/s (%.2fx; target >= 5000/s); added per connection %.0f µs\n",
+			cd, cg, cg/cd, (1/cg-1/cd)*1e6)
 
-	holdOpen(bin, dir, project, env, port, *concurrent)
+	}
+
+	if want("concurrent") {
+		holdOpen(bin, dir, project, env, port, *concurrent)
+	}
 }
 
 // holdOpen opens n connections at once through the gateway, checks each got an answer, closes them,

@@ -83,7 +83,8 @@ type Config struct {
 // handlers share (which hosts were already reported, this host's addresses); it has no global state,
 // so each run has its own.
 type Gateway struct {
-	cfg Config
+	cfg   Config
+	pipes pipePool // splice pipes of the relays
 
 	mu          sync.Mutex
 	notified    map[string]bool
@@ -141,6 +142,7 @@ func (g *Gateway) Explicit(ctx context.Context, ln net.Listener) error {
 // after every handler has.
 func (g *Gateway) serve(ctx context.Context, ln net.Listener, handle func(context.Context, net.Conn)) error {
 	var wg sync.WaitGroup
+	defer g.pipes.drain() // after the handlers: no descriptor of this loop outlives it
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // runs before wg.Wait: closes the connections the handlers are blocked on
