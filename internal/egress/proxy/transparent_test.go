@@ -691,7 +691,8 @@ func TestTransparentStops(t *testing.T) {
 		t.Errorf("%d events for 20 connections, want one each", n)
 	}
 	// The listener and every relayed connection are gone (the upstream's side closes as it sees EOF).
-	// Pipes that splice(2) used sit in a pool until a collection finalises them: collect first.
+	// The test's echo upstream copies with io.Copy, whose splice pipes sit in a sync.Pool until a
+	// collection finalises them (the gateway's own relays keep none): collect first.
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.GC(); openFDs(t) >= before; runtime.GC() {
 		if time.Now().After(deadline) {
