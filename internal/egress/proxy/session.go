@@ -366,6 +366,11 @@ func (s *session) forwardRequests(up io.Writer, br *bufio.Reader, first *request
 		if errors.Is(err, io.EOF) {
 			return total, nil // the client is done
 		}
+		if err != nil && !errors.Is(err, errMalformed) {
+			// The connection failed (a client that closes with part of the answer unread resets it)
+			// before a whole head arrived: nothing of it was forwarded, and nothing was refused.
+			return total, fmt.Errorf("waiting for the next request: %w", err)
+		}
 		if err == nil {
 			req, err = parseRequest(raw)
 		}
