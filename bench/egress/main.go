@@ -106,13 +106,17 @@ print(n / (time.perf_counter() - t))
 }
 
 // holdOpen opens n connections at once through the gateway, checks each got an answer, closes them,
-// and compares cordon's open descriptors while they were open and after they were closed.
+// and follows cordon's open descriptors: before the connections, while they are open, and after they
+// closed until they are back (or 10 s passed). The client reads each answer whole, so that closing
+// sends FIN rather than a reset.
 func holdOpen(bin, dir, project string, env []string, port, n int) {
 	pol := filepath.Join(dir, "policy-concurrent.yaml")
 	check(os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nnetwork:\n  allow: [{host: bench.test, ports: [%d]}]\n  hosts: {bench.test: 127.0.0.1}\nlimits: {openFiles: %d}\n", port, n+1000)), 0o644))
 	py := fmt.Sprintf(`python3 -c '
 import socket, sys, time
 addr = socket.getaddrinfo("bench.test", %d, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+print("READY", flush=True)
+time.sleep(0.5)
 socks, errors = [], 0
 for i in range(%d):
     try:
@@ -123,37 +127,84 @@ for s in socks:
     s.sendall(b"HEAD /?mib=0 HTTP/1.1\r\nHost: bench.test\r\n\r\n")
 for s in socks:
     try:
-        if s.recv(64).startswith(b"HTTP/1.1 200"): ok += 1
+        b = b""
+        while b"\r\n\r\n" not in b:
+            d = s.recv(4096)
+            if not d: break
+            b += d
+        if b.startswith(b"HTTP/1.1 200"): ok += 1
+        else: errors += 1
     except OSError: errors += 1
 print("OPEN", len(socks), "answered", ok, "errors", errors, flush=True)
-time.sleep(2)
+time.sleep(1)
 for s in socks: s.close()
 print("CLOSED", flush=True)
-time.sleep(2)
+time.sleep(12)
 '`, port, n)
 	cmd := exec.Command(bin, "run", "--policy", pol, "--", "sh", "-c", py)
 	cmd.Env, cmd.Dir, cmd.Stderr = env, project, os.Stderr
 	out, err := cmd.StdoutPipe()
 	check(err)
 	check(cmd.Start())
-	buf := make([]byte, 4096)
-	var seen string
-	var fdsOpen, fdsClosed int
-	for !strings.Contains(seen, "CLOSED") {
-		k, err := out.Read(buf)
-		if err != nil {
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		buf := make([]byte, 4096)
+		var pending string
+		for {
+			k, err := out.Read(buf)
+			pending += string(buf[:k])
+			for {
+				line, rest, ok := strings.Cut(pending, "\n")
+				if !ok {
+					break
+				}
+				lines <- line
+				pending = rest
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var base, open int
+	var result string
+	for line := range lines {
+		switch {
+		case line == "READY":
+			base = countFDs(pid)
+		case strings.HasPrefix(line, "OPEN"):
+			open, result = countFDs(pid), line
+		}
+		if line == "CLOSED" {
 			break
 		}
-		seen += string(buf[:k])
-		if strings.Contains(seen, "OPEN") && fdsOpen == 0 {
-			fdsOpen = countFDs(cmd.Process.Pid)
+	}
+	closed := time.Now()
+	after := countFDs(pid)
+	for after > base+64 && time.Since(closed) < 10*time.Second {
+		time.Sleep(50 * time.Millisecond)
+		after = countFDs(pid)
+	}
+	fmt.Printf("%d concurrent connections: %s; cordon's descriptors: %d before, %d while open, %d %.1f s after closing (limit %s)\n",
+		n, result, base, open, after, time.Since(closed).Seconds(), fdLimit(pid))
+}
+
+// fdLimit is the process's RLIMIT_NOFILE as /proc shows it (soft hard).
+func fdLimit(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			f := strings.Fields(l)
+			return f[3] + "/" + f[4]
 		}
 	}
-	time.Sleep(time.Second)
-	fdsClosed = countFDs(cmd.Process.Pid)
-	cmd.Wait()
-	fmt.Printf("%d concurrent connections: %s; cordon's descriptors: %d while open, %d after they closed\n",
-		n, strings.TrimSpace(strings.SplitN(seen, "\n", 2)[0]), fdsOpen, fdsClosed)
+	return "?"
 }
 
 func countFDs(pid int) int {
