@@ -257,7 +257,7 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 	var refusing atomic.Bool
 	down := make(chan result, 1)
 	go func() {
-		n, err := s.g.pipes.relay(c, up)
+		n, err := s.g.bufs.relay(c, up)
 		if !refusing.Load() {
 			if err == nil {
 				closeWrite(c)
@@ -309,7 +309,7 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		out = int64(n)
 		if err == nil {
 			var m int64
-			m, err = s.g.pipes.relay(up, c)
+			m, err = s.g.bufs.relay(up, c)
 			out += m
 		}
 	}
