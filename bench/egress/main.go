@@ -73,35 +73,42 @@ func main() {
 
 	// Throughput: curl reports its own average download speed (bytes/s), so process start-up is not
 	// counted on either side.
-	curl := func(host string) string {
-		return fmt.Sprintf("curl -sS --noproxy '*' -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", host, port, *sizeMiB)
+	curl := func(host, proxy string) string {
+		return fmt.Sprintf("curl -sS %s -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", proxy, host, port, *sizeMiB)
 	}
 	if want("download") {
-		var ratios []float64
-		var cpu [3]time.Duration // server, client direct, client + cordon through
-		var dSum, tSum float64
-		for range *rounds {
-			s0, c0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-			direct := speed(run(env, project, "sh", "-c", curl("127.0.0.1")))
-			s1, c1 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-			through := speed(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test")))
-			s2, c2 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-			cpu[0] += (s1 - s0) + (s2 - s1)
-			cpu[1] += c1 - c0
-			cpu[2] += c2 - c1
-			dSum, tSum = dSum+direct, tSum+through
-			ratios = append(ratios, through/direct)
-			fmt.Printf("  download %d MiB: direct %.0f MiB/s, through the gateway %.0f MiB/s: %.2fx\n",
-				*sizeMiB, direct/(1<<20), through/(1<<20), through/direct)
+		// Three ways, interleaved in each round: direct (no sandbox), through the transparent path
+		// (proxies off: DNS, nftables redirect, conntrack), through the explicit proxy (HTTP_PROXY).
+		ways := []struct {
+			name string
+			argv []string
+		}{
+			{"direct", []string{"sh", "-c", curl("127.0.0.1", "--noproxy '*'")}},
+			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", "--noproxy '*'")}},
+			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", `-x "$http_proxy"`)}},
 		}
-		r := float64(*rounds)
-		fmt.Printf("download %d MiB, %d rounds: direct %.0f MiB/s, through the gateway %.0f MiB/s (means); ratio median %.2fx, range %.2f-%.2f (target >= 0.8x)\n",
-			*sizeMiB, *rounds, dSum/r/(1<<20), tSum/r/(1<<20), median(ratios), slices.Min(ratios), slices.Max(ratios))
-		// CPU seconds per GiB moved: the server's (this process, both downloads), the direct client's,
-		// and the client's plus cordon's (gateway and sandbox) through it.
-		gib := float64(*sizeMiB) / 1024 * r
-		fmt.Printf("CPU s per GiB: server %.2f (per download), direct client %.2f, through: client + cordon %.2f\n",
-			cpu[0].Seconds()/gib/2, cpu[1].Seconds()/gib, cpu[2].Seconds()/gib)
+		speeds := make([][]float64, len(ways))
+		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's through it
+		var server time.Duration
+		for range *rounds {
+			for i, w := range ways {
+				s0, c0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
+				speeds[i] = append(speeds[i], speed(run(env, project, w.argv[0], w.argv[1:]...)))
+				server += cpuTime(syscall.RUSAGE_SELF) - s0
+				cpu[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0
+			}
+		}
+		gib := float64(*sizeMiB) / 1024 * float64(*rounds)
+		fmt.Printf("download %d MiB, %d rounds; server CPU %.2f s/GiB\n", *sizeMiB, *rounds, server.Seconds()/gib/float64(len(ways)))
+		for i, w := range ways {
+			ratios := make([]float64, *rounds)
+			for k := range ratios {
+				ratios[k] = speeds[i][k] / speeds[0][k]
+			}
+			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ cordon) CPU %.2f s/GiB\n",
+				w.name, median(slices.Clone(speeds[i]))/(1<<20), slices.Min(speeds[i])/(1<<20), slices.Max(speeds[i])/(1<<20),
+				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), cpu[i].Seconds()/gib)
+		}
 	}
 
 	// Connection rate: P Python processes (forked from one) each open, use and close their share of N
