@@ -306,3 +306,37 @@ func tcpPair(t testing.TB, ln net.Listener) (net.Conn, net.Conn) {
 	}
 	return a, b
 }
+
+// TestBufferPoolBoundsLargeBuffers checks that at most maxLargeBuffers large buffers are out at once
+// (the rest of the bulk relays get small ones), that the pool keeps no more idle buffers than its
+// bounds, and that idle ones are reused.
+func TestBufferPoolBoundsLargeBuffers(t *testing.T) {
+	var p bufferPool
+	var out [][]byte
+	large := 0
+	for range maxLargeBuffers + 5 {
+		b := p.get(true)
+		if len(b) == largeBuffer {
+			large++
+		} else if len(b) != smallBuffer {
+			t.Fatalf("buffer of %d bytes", len(b))
+		}
+		out = append(out, b)
+	}
+	if large != maxLargeBuffers {
+		t.Errorf("%d large buffers out at once, want %d", large, maxLargeBuffers)
+	}
+	for _, b := range out {
+		p.put(b)
+	}
+	if p.buffersInUse() != 0 || len(p.large) != maxIdleLarge || len(p.small) != 5 {
+		t.Errorf("after returning all: %d in use, %d large and %d small idle", p.buffersInUse(), len(p.large), len(p.small))
+	}
+	if b := p.get(true); len(b) != largeBuffer || len(p.large) != maxIdleLarge-1 {
+		t.Errorf("got a %d-byte buffer, %d large ones left idle; want an idle large one reused", len(b), len(p.large))
+	}
+	p.drain()
+	if len(p.large) != 0 || len(p.small) != 0 {
+		t.Error("drain left idle buffers")
+	}
+}
