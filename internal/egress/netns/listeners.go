@@ -6,13 +6,36 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// listenBacklog is the accept queue asked for; the kernel caps it at the namespace's somaxconn. The
-// gateway must absorb bursts of thousands of new connections, so ask for plenty.
-const listenBacklog = 4096
+// listenBacklog is the accept queue asked for. The gateway must absorb bursts of thousands of new
+// connections (an agent's test suite, a package manager's parallel fetches): a full accept queue
+// drops the SYN, and the client waits a second or more to retry. The kernel caps the backlog at
+// net.core.somaxconn of the namespace the socket lives in, which a new namespace starts at the
+// kernel default (4096), so Listeners raises it there first (raiseSomaxconn).
+const listenBacklog = 65535
+
+// somaxconnPath shows net.core.somaxconn of the namespace of the thread that opens it.
+const somaxconnPath = "/proc/sys/net/core/somaxconn"
+
+// raiseSomaxconn lifts net.core.somaxconn of the calling thread's network namespace to
+// listenBacklog if it is lower. It changes that namespace only (the sandbox's, never the host's), and
+// failing is not fatal: the listeners then get the namespace's cap, which delays bursts but refuses
+// nothing.
+func raiseSomaxconn() {
+	b, err := os.ReadFile(somaxconnPath)
+	if err != nil {
+		return
+	}
+	if cur, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && cur >= listenBacklog {
+		return
+	}
+	_ = os.WriteFile(somaxconnPath, []byte(strconv.Itoa(listenBacklog)), 0)
+}
 
 // Set holds the gateway's sockets inside one sandbox's network namespace. Each slice has the
 // 127.0.0.1 socket first and the ::1 one second when the namespace has IPv6 loopback. They are
@@ -90,6 +113,7 @@ func Listeners(nsPath string, ports Ports) (*Set, error) {
 		}
 	}
 	err = inNetNS(nsFD, func() error {
+		raiseSomaxconn()
 		for _, addr := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
 			var family []made
 			for _, spec := range specs {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -444,5 +445,85 @@ func TestOrigDstRejectsNonTCP(t *testing.T) {
 	defer func() { _ = a.Close(); _ = b.Close() }()
 	if _, err := OrigDst(a); err == nil {
 		t.Error("OrigDst of a pipe succeeded")
+	}
+}
+
+// TestListenBacklogAbsorbsBursts checks that the transparent listener's accept queue holds a burst
+// of connections well beyond the kernel's default somaxconn (4096), which a new namespace starts
+// with: nothing accepts them, yet every connection completes its handshake. A listener in the same
+// namespace made with the old backlog of 4096 fills up, so the test can tell.
+func TestListenBacklogAbsorbsBursts(t *testing.T) {
+	const burst = 5000
+	n := newNS(t)
+	set, err := Listeners(n.path, testPorts())
+	if err != nil {
+		t.Fatalf("Listeners: %v", err)
+	}
+	defer set.Close()
+	var small int
+	err = n.do(t, func() error {
+		b, err := os.ReadFile(somaxconnPath)
+		if err != nil {
+			return err
+		}
+		if got := strings.TrimSpace(string(b)); got != strconv.Itoa(listenBacklog) {
+			return fmt.Errorf("somaxconn in the namespace is %s, want %d", got, listenBacklog)
+		}
+		small, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(small, &unix.SockaddrInet4{Port: 15002, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		return unix.Listen(small, 4096)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(small)
+	var conns []int
+	defer func() {
+		for _, fd := range conns {
+			_ = unix.Close(fd)
+		}
+	}()
+	// connected counts how many of burst connections to port complete without being accepted.
+	connected := func(port int) int {
+		done := 0
+		err := n.do(t, func() error {
+			for range burst {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+				if err != nil {
+					return err
+				}
+				conns = append(conns, fd)
+				err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+				if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+					return err
+				}
+				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+				if k, err := unix.Poll(pfd, 300); err != nil || k == 0 {
+					return nil // the SYN was dropped: the queue is full
+				}
+				if soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soerr != 0 {
+					return fmt.Errorf("connection %d: %v %v", done, err, unix.Errno(soerr))
+				}
+				done++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return done
+	}
+	if got := connected(15002); got >= burst {
+		t.Fatalf("a listener with a backlog of 4096 took all %d connections: the test cannot tell", got)
+	} else {
+		t.Logf("backlog 4096: %d of %d connections completed", got, burst)
+	}
+	if got := connected(int(testPorts().Transparent)); got != burst {
+		t.Errorf("the transparent listener's queue took %d of %d connections", got, burst)
 	}
 }

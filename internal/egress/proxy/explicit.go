@@ -189,7 +189,7 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 		}
 		sent <- result{total, err}
 	}()
-	in, err := relayResponse(s.client, up, req.method)
+	in, err := relayResponse(&s.g.bufs, s.client, up, req.method)
 	s.ev.BytesIn = in
 	if err != nil {
 		s.detail("error", "response: "+err.Error())
@@ -232,8 +232,8 @@ func originForm(req *request) string {
 
 // relayResponse copies the upstream's response to a forwarded request to the client: interim 1xx
 // responses as they are, then the final head with "Connection: close", then the body by its framing
-// (through splice(2) when its length is known or it runs to the end of the connection).
-func relayResponse(c net.Conn, up net.Conn, method string) (int64, error) {
+// (straight from socket to socket through the relay, see bufferPool, once the head is read).
+func relayResponse(bufs *bufferPool, c net.Conn, up net.Conn, method string) (int64, error) {
 	ubr := bufio.NewReaderSize(up, sniffBuffer)
 	var total int64
 	for {
@@ -267,9 +267,9 @@ func relayResponse(c net.Conn, up net.Conn, method string) (int64, error) {
 		case resp.chunked:
 			m, err = copyChunked(c, ubr)
 		case resp.contentLength >= 0:
-			m, err = copyRest(c, ubr, up, resp.contentLength)
+			m, err = copyRest(bufs, c, ubr, up, resp.contentLength)
 		default:
-			m, err = copyRest(c, ubr, up, -1)
+			m, err = copyRest(bufs, c, ubr, up, -1)
 		}
 		return total + m, err
 	}
@@ -277,7 +277,7 @@ func relayResponse(c net.Conn, up net.Conn, method string) (int64, error) {
 
 // copyRest copies n bytes (n < 0: until EOF) of a body: first what br has buffered, then straight
 // from the connection.
-func copyRest(dst io.Writer, br *bufio.Reader, src net.Conn, n int64) (int64, error) {
+func copyRest(bufs *bufferPool, dst io.Writer, br *bufio.Reader, src net.Conn, n int64) (int64, error) {
 	buffered := int64(br.Buffered())
 	if n >= 0 {
 		buffered = min(buffered, n)
@@ -287,10 +287,10 @@ func copyRest(dst io.Writer, br *bufio.Reader, src net.Conn, n int64) (int64, er
 		return m, err
 	}
 	if n < 0 {
-		k, err := io.Copy(dst, src)
+		k, err := bufs.relay(dst, src)
 		return m + k, err
 	}
-	k, err := io.CopyN(dst, src, n-m)
+	k, err := bufs.relayN(dst, src, n-m)
 	return m + k, unexpected(err)
 }
 

@@ -70,7 +70,8 @@ type Config struct {
 	// It must not block.
 	Notify func(d egress.Decision, name string, port uint16)
 	// DialContext, if set, replaces net.Dialer for connections to upstreams (the gateway passes it
-	// "tcp" and an IP:port it has checked). Return *net.TCPConn to keep the relay on splice(2).
+	// "tcp" and an IP:port it has checked). Return *net.TCPConn: the relay reads and writes its
+	// descriptor directly.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 	// LocalAddrs, if set, lists this host's own addresses, which the gateway refuses to dial; the
 	// default reads the interfaces.
@@ -85,7 +86,8 @@ type Config struct {
 // handlers share (which hosts were already reported, this host's addresses); it has no global state,
 // so each run has its own.
 type Gateway struct {
-	cfg Config
+	cfg  Config
+	bufs bufferPool // the relays' buffers
 
 	mu          sync.Mutex
 	notified    map[string]bool
@@ -143,6 +145,7 @@ func (g *Gateway) Explicit(ctx context.Context, ln net.Listener) error {
 // after every handler has.
 func (g *Gateway) serve(ctx context.Context, ln net.Listener, handle func(context.Context, net.Conn)) error {
 	var wg sync.WaitGroup
+	defer g.bufs.drain() // after the handlers: idle buffers go to the garbage collector
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // runs before wg.Wait: closes the connections the handlers are blocked on

@@ -257,7 +257,7 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 	var refusing atomic.Bool
 	down := make(chan result, 1)
 	go func() {
-		n, err := io.Copy(c, up) // *net.TCPConn from *net.TCPConn: splice(2)
+		n, err := s.g.bufs.relay(c, up)
 		if !refusing.Load() {
 			if err == nil {
 				closeWrite(c)
@@ -309,7 +309,7 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		out = int64(n)
 		if err == nil {
 			var m int64
-			m, err = io.Copy(up, c) // splice(2)
+			m, err = s.g.bufs.relay(up, c)
 			out += m
 		}
 	}
@@ -365,6 +365,11 @@ func (s *session) forwardRequests(up io.Writer, br *bufio.Reader, first *request
 		raw, err := readHead(br, maxHead)
 		if errors.Is(err, io.EOF) {
 			return total, nil // the client is done
+		}
+		if err != nil && !errors.Is(err, errMalformed) {
+			// The connection failed (a client that closes with part of the answer unread resets it)
+			// before a whole head arrived: nothing of it was forwarded, and nothing was refused.
+			return total, fmt.Errorf("waiting for the next request: %w", err)
 		}
 		if err == nil {
 			req, err = parseRequest(raw)

@@ -691,7 +691,8 @@ func TestTransparentStops(t *testing.T) {
 		t.Errorf("%d events for 20 connections, want one each", n)
 	}
 	// The listener and every relayed connection are gone (the upstream's side closes as it sees EOF).
-	// Pipes that splice(2) used sit in a pool until a collection finalises them: collect first.
+	// The test's echo upstream copies with io.Copy, whose splice pipes sit in a sync.Pool until a
+	// collection finalises them (the gateway's own relays keep none): collect first.
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.GC(); openFDs(t) >= before; runtime.GC() {
 		if time.Now().After(deadline) {
@@ -708,4 +709,50 @@ func openFDs(t *testing.T) int {
 		t.Skip(err)
 	}
 	return len(ents)
+}
+
+// TestTransparentClientResetIsNotARefusal checks that a plain-HTTP client that resets its kept-alive
+// connection after an answer (as one does that closes with part of the answer unread) leaves an
+// allowed event with the error, not a refusal, while a malformed second head on the same kind of
+// connection is still refused.
+func TestTransparentClientResetIsNotARefusal(t *testing.T) {
+	h := newHarness(t)
+	u := h.httpUpstream()
+	h.pol.allow("api.test", u.port, loopback)
+	for _, tc := range []struct {
+		name, second string
+		decision     string
+		reason       string
+	}{
+		{"reset", "", "allow", ""},
+		{"malformed", "GET / HTTP/1.1\nHost: api.test\n\n", "deny", reasonBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			from := h.rec.count()
+			c, err := h.dialMapped("api.test", u.port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", u.port); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if tc.second != "" {
+				if _, err := io.WriteString(c, tc.second); err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.ReadAll(c)
+			}
+			reset(c)
+			ev := h.rec.waitFor(t, from, "for the connection", func(e audit.Event) bool { return e.Name == "api.test" })
+			if ev.Decision != tc.decision || ev.Reason != tc.reason {
+				t.Errorf("event %s %q (error %q), want %s %q", ev.Decision, ev.Reason, ev.Detail["error"], tc.decision, tc.reason)
+			}
+		})
+	}
 }
