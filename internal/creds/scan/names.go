@@ -183,9 +183,9 @@ func symlinkKind(rel, target string) string {
 			return "private key"
 		}
 	}
-	for _, dir := range strings.Split(path.Dir(path.Clean("/"+target)), "/") {
+	for _, dir := range strings.Split(path.Clean("/"+target), "/") {
 		if secretDirs[dir] {
-			return "file in " + dir
+			return "path under " + dir
 		}
 	}
 	return ""
