@@ -212,6 +212,10 @@ func isBase64Char(b byte) bool { return isAlnum(b) || b == '+' || b == '/' || b 
 
 func hasDigit(b []byte) bool { return bytes.ContainsAny(b, "0123456789") }
 
-func hasUpper(b []byte) bool { return bytes.ContainsFunc(b, func(r rune) bool { return r >= 'A' && r <= 'Z' }) }
+func hasUpper(b []byte) bool {
+	return bytes.ContainsFunc(b, func(r rune) bool { return r >= 'A' && r <= 'Z' })
+}
 
-func hasLower(b []byte) bool { return bytes.ContainsFunc(b, func(r rune) bool { return r >= 'a' && r <= 'z' }) }
+func hasLower(b []byte) bool {
+	return bytes.ContainsFunc(b, func(r rune) bool { return r >= 'a' && r <= 'z' })
+}

@@ -37,17 +37,21 @@ func (g *gen) githubOAuth() string { return p("gh", "o_") + g.str(36, alnum) }
 func (g *gen) githubPAT() string {
 	return p("github", "_pat_") + g.str(22, alnum) + "_" + g.str(59, alnum)
 }
-func (g *gen) gitlab() string    { return p("gl", "pat-") + g.str(20, alnum) }
-func (g *gen) slack() string     { return p("xo", "xb-") + g.str(12, "0123456789") + "-" + g.str(24, alnum) }
+func (g *gen) gitlab() string { return p("gl", "pat-") + g.str(20, alnum) }
+func (g *gen) slack() string {
+	return p("xo", "xb-") + g.str(12, "0123456789") + "-" + g.str(24, alnum)
+}
 func (g *gen) anthropic() string { return p("sk-", "ant-api03-") + g.str(93, alnum+"-_") }
 func (g *gen) openAIProj() string {
 	return p("sk-", "proj-") + g.str(20, alnum) + "Ab3" + g.str(60, alnum)
 }
-func (g *gen) openAILegacy() string { return p("s", "k-") + g.str(20, alnum) + "Zq7" + g.str(25, alnum) }
-func (g *gen) stripe() string       { return p("sk", "_live_") + g.str(24, alnum) }
-func (g *gen) awsKeyID() string     { return p("AK", "IA") + g.str(16, upperD) }
-func (g *gen) awsSecret() string    { return g.str(40, b64) }
-func (g *gen) googleKey() string    { return p("AI", "za") + g.str(35, alnum+"-_") }
+func (g *gen) openAILegacy() string {
+	return p("s", "k-") + g.str(20, alnum) + "Zq7" + g.str(25, alnum)
+}
+func (g *gen) stripe() string    { return p("sk", "_live_") + g.str(24, alnum) }
+func (g *gen) awsKeyID() string  { return p("AK", "IA") + g.str(16, upperD) }
+func (g *gen) awsSecret() string { return g.str(40, b64) }
+func (g *gen) googleKey() string { return p("AI", "za") + g.str(35, alnum+"-_") }
 
 // pem makes a PEM block of random base64 under label.
 func (g *gen) pem(label string) string {
