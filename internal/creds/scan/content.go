@@ -9,100 +9,163 @@ import (
 // when no more matches are wanted.
 type emitFunc func(off int, kind, preview string) bool
 
-// matchContent runs the content rules over data (text; the caller has ruled out binary content). It
-// makes one pass over the bytes, looking closer only where a byte can start a match, so that its cost
-// stays near that of reading the file.
+// matchContent runs the content rules over data (text; the caller has ruled out binary content). Every
+// rule's match holds one of a few anchor bytes ('_' '-' ':' 'A') at a fixed place, so it jumps from
+// anchor to anchor with bytes.IndexByte (vectorised) and looks closer only there: the cost stays near
+// that of reading the file.
 func matchContent(data []byte, c fileClass, emit emitFunc) {
-	for i := 0; i < len(data); i++ {
-		b := data[i]
-		if !startByte[b] {
-			continue
-		}
-		var kind, preview string
-		var skip int
-		switch b {
-		case '-':
-			kind, preview, skip = matchPEM(data, i)
-		case ':':
-			kind, preview = matchURL(data, i, c.gitConfig)
-		case 'P':
-			kind, preview = matchPuTTY(data, i)
-		default:
-			if i > 0 && isAlnum(data[i-1]) {
-				continue // inside a word: no token starts here
+	const anchors = "_-:A"
+	var next [len(anchors)]int // the next offset of each anchor, or -1
+	for k := range next {
+		next[k] = bytes.IndexByte(data, anchors[k])
+	}
+	pos := 0 // where the last match ended: matches do not overlap
+	for {
+		k := -1
+		for j := range next {
+			if next[j] >= 0 && (k < 0 || next[j] < next[k]) {
+				k = j
 			}
-			kind, preview, skip = matchToken(data, i)
 		}
-		if kind != "" && !emit(i, kind, preview) {
+		if k < 0 {
 			return
 		}
-		i += skip
+		at := next[k]
+		start, end, kind, preview := matchAnchor(data, at, c)
+		if kind != "" && start >= pos {
+			if !emit(start, kind, preview) {
+				return
+			}
+			pos = end
+		}
+		resume := max(at+1, pos)
+		for j := range next {
+			if next[j] >= 0 && next[j] < resume {
+				if n := bytes.IndexByte(data[resume:], anchors[j]); n >= 0 {
+					next[j] = resume + n
+				} else {
+					next[j] = -1
+				}
+			}
+		}
 	}
 }
 
-// startByte marks the bytes a rule can start at.
-var startByte = func() (t [256]bool) {
-	for _, b := range []byte("gxsrAa-:P") {
-		t[b] = true
+// tokenBacks are, for each anchor, how far before it a token's prefix starts: gh?_ and aws_ 3, github_
+// 6, sk_ and rk_ 2; sk- 2, xox?- 4, glpat- 5; AKIA and AIza 0.
+func tokenBacks(anchor byte) []int {
+	switch anchor {
+	case '_':
+		return []int{3, 6, 2}
+	case '-':
+		return []int{2, 4, 5}
+	case 'A':
+		return []int{0}
 	}
-	return t
-}()
+	return nil
+}
+
+// matchAnchor tries the rules whose match holds the anchor byte at data[at]. It returns where the
+// match starts and ends.
+func matchAnchor(data []byte, at int, c fileClass) (start, end int, kind, preview string) {
+	switch data[at] {
+	case ':':
+		kind, preview = matchURL(data, at, c.gitConfig)
+		return at, at + 3, kind, preview
+	case '-':
+		if kind, preview, skip := matchPEM(data, at); kind != "" {
+			return at, at + skip, kind, preview
+		}
+		if s := at - 5; s >= 0 {
+			if kind, preview := matchPuTTY(data, s); kind != "" {
+				return s, at + 1, kind, preview
+			}
+		}
+	}
+	for _, back := range tokenBacks(data[at]) {
+		s := at - back
+		if s < 0 || s > 0 && isAlnum(data[s-1]) {
+			continue // a token starts a word
+		}
+		if kind, preview, skip := matchToken(data, s); kind != "" {
+			return s, s + skip, kind, preview
+		}
+	}
+	return 0, 0, "", ""
+}
 
 // matchToken matches the tokens known by their prefix, at data[i:]. skip is how many bytes the caller
-// may pass over.
+// may pass over. It looks at the second byte before comparing whole prefixes, as most starts are the
+// first letter of an ordinary word.
 func matchToken(data []byte, i int) (kind, preview string, skip int) {
 	rest := data[i:]
-	switch {
-	case len(rest) > 4 && rest[0] == 'g' && rest[1] == 'h' && bytes.IndexByte([]byte("pousr"), rest[2]) >= 0 && rest[3] == '_':
-		// Classic GitHub tokens: 36 base62 characters after the prefix.
-		if n := runLen(rest[4:], isAlnum); n >= 36 && !fakeToken(rest[4:4+n]) {
-			return "GitHub token", string(rest[:4]) + "…", 4 + n
-		}
-	case bytes.HasPrefix(rest, []byte("github_pat_")):
-		if n := runLen(rest[11:], isWordChar); n >= 70 && !fakeToken(rest[11:11+n]) {
-			return "GitHub token", "github_pat_…", 11 + n
-		}
-	case bytes.HasPrefix(rest, []byte("glpat-")):
-		if n := runLen(rest[6:], isTokenChar); n >= 20 && !fakeToken(rest[6:6+n]) {
-			return "GitLab token", "glpat-…", 6 + n
-		}
-	case len(rest) > 5 && bytes.HasPrefix(rest, []byte("xox")) && bytes.IndexByte([]byte("abposr"), rest[3]) >= 0 && rest[4] == '-':
-		if n := runLen(rest[5:], isTokenChar); n >= 20 && hasDigit(rest[5:5+n]) && !fakeToken(rest[5:5+n]) {
-			return "Slack token", string(rest[:5]) + "…", 5 + n
-		}
-	case bytes.HasPrefix(rest, []byte("sk-ant-")):
-		if n := runLen(rest[7:], isTokenChar); n >= 32 && !fakeToken(rest[7:7+n]) {
-			return "Anthropic API key", "sk-ant-…", 7 + n
-		}
-	case bytes.HasPrefix(rest, []byte("sk-")):
-		// OpenAI: "sk-" + 48 characters, or "sk-proj-", "sk-svcacct-", "sk-admin-" + more. A long run
-		// with digits and both cases, which words joined by dashes do not have.
-		n := runLen(rest[3:], isTokenChar)
-		body := rest[3 : 3+n]
-		if n >= 32 && hasDigit(body) && hasUpper(body) && hasLower(body) && !fakeToken(body) {
-			p := "sk-"
-			if d := bytes.IndexByte(body, '-'); d > 0 && d <= 8 {
-				p += string(body[:d+1])
+	if len(rest) < 20 {
+		return "", "", 0 // shorter than any token
+	}
+	switch rest[0] {
+	case 'g':
+		switch {
+		case rest[1] == 'h' && rest[3] == '_' && bytes.IndexByte([]byte("pousr"), rest[2]) >= 0:
+			// Classic GitHub tokens: 36 base62 characters after the prefix.
+			if n := runLen(rest[4:], isAlnum); n >= 36 && !fakeToken(rest[4:4+n]) {
+				return "GitHub token", string(rest[:4]) + "…", 4 + n
 			}
-			return "OpenAI API key", p + "…", 3 + n
+		case rest[1] == 'i' && hasPrefix(rest, "github_pat_"):
+			if n := runLen(rest[11:], isWordChar); n >= 70 && !fakeToken(rest[11:11+n]) {
+				return "GitHub token", "github_pat_…", 11 + n
+			}
+		case rest[1] == 'l' && hasPrefix(rest, "glpat-"):
+			if n := runLen(rest[6:], isTokenChar); n >= 20 && !fakeToken(rest[6:6+n]) {
+				return "GitLab token", "glpat-…", 6 + n
+			}
 		}
-	case bytes.HasPrefix(rest, []byte("sk_live_")) || bytes.HasPrefix(rest, []byte("rk_live_")):
-		if n := runLen(rest[8:], isAlnum); n >= 20 && !fakeToken(rest[8:8+n]) {
-			return "Stripe live key", string(rest[:8]) + "…", 8 + n
+	case 'x':
+		if rest[1] == 'o' && rest[2] == 'x' && rest[4] == '-' && bytes.IndexByte([]byte("abposr"), rest[3]) >= 0 {
+			if n := runLen(rest[5:], isTokenChar); n >= 20 && hasDigit(rest[5:5+n]) && !fakeToken(rest[5:5+n]) {
+				return "Slack token", string(rest[:5]) + "…", 5 + n
+			}
 		}
-	case len(rest) >= 20 && (bytes.HasPrefix(rest, []byte("AKIA")) || bytes.HasPrefix(rest, []byte("ASIA")) ||
-		bytes.HasPrefix(rest, []byte("ABIA")) || bytes.HasPrefix(rest, []byte("ACCA"))):
-		if runLen(rest[4:], isUpperOrDigit) == 16 && (len(rest) == 20 || !isAlnum(rest[20])) && !fakeToken(rest[4:20]) {
-			return "AWS access key ID", string(rest[:4]) + "…", 20
+	case 's', 'r':
+		if rest[1] != 'k' {
+			break
 		}
-	case bytes.HasPrefix(rest, []byte("AIza")):
-		if n := runLen(rest[4:], isTokenChar); n == 35 && !fakeToken(rest[4:39]) {
-			return "Google API key", "AIza…", 39
+		switch {
+		case rest[0] == 's' && hasPrefix(rest, "sk-ant-"):
+			if n := runLen(rest[7:], isTokenChar); n >= 32 && !fakeToken(rest[7:7+n]) {
+				return "Anthropic API key", "sk-ant-…", 7 + n
+			}
+		case rest[0] == 's' && rest[2] == '-':
+			// OpenAI: "sk-" + 48 characters, or "sk-proj-", "sk-svcacct-", "sk-admin-" + more. A long
+			// run with digits and both cases, which words joined by dashes do not have.
+			n := runLen(rest[3:], isTokenChar)
+			body := rest[3 : 3+n]
+			if n >= 32 && hasDigit(body) && hasUpper(body) && hasLower(body) && !fakeToken(body) {
+				p := "sk-"
+				if d := bytes.IndexByte(body, '-'); d > 0 && d <= 8 {
+					p += string(body[:d+1])
+				}
+				return "OpenAI API key", p + "…", 3 + n
+			}
+		case hasPrefix(rest[2:], "_live_"):
+			if n := runLen(rest[8:], isAlnum); n >= 20 && !fakeToken(rest[8:8+n]) {
+				return "Stripe live key", string(rest[:8]) + "…", 8 + n
+			}
 		}
-	case hasPrefixFold(rest, "aws_secret_access_key"):
-		if v := assignedValue(rest[len("aws_secret_access_key"):]); len(v) == 40 &&
-			runLen(v, isBase64Char) == 40 && !fakeToken(v) {
-			return "AWS secret access key", "aws_secret_access_key=…", len("aws_secret_access_key")
+	case 'A', 'a':
+		switch {
+		case rest[0] == 'A' && (hasPrefix(rest, "AKIA") || hasPrefix(rest, "ASIA") || hasPrefix(rest, "ABIA") || hasPrefix(rest, "ACCA")):
+			if runLen(rest[4:], isUpperOrDigit) == 16 && (len(rest) == 20 || !isAlnum(rest[20])) && !fakeToken(rest[4:20]) {
+				return "AWS access key ID", string(rest[:4]) + "…", 20
+			}
+		case rest[0] == 'A' && hasPrefix(rest, "AIza"):
+			if n := runLen(rest[4:], isTokenChar); n == 35 && !fakeToken(rest[4:39]) {
+				return "Google API key", "AIza…", 39
+			}
+		case (rest[1] == 'w' || rest[1] == 'W') && hasPrefixFold(rest, "aws_secret_access_key"):
+			if v := assignedValue(rest[len("aws_secret_access_key"):]); len(v) == 40 &&
+				runLen(v, isBase64Char) == 40 && !fakeToken(v) {
+				return "AWS secret access key", "aws_secret_access_key=…", len("aws_secret_access_key")
+			}
 		}
 	}
 	return "", "", 0
@@ -192,6 +255,10 @@ func runLen(b []byte, ok func(byte) bool) int {
 		n++
 	}
 	return n
+}
+
+func hasPrefix(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
 }
 
 func hasPrefixFold(b []byte, prefix string) bool {

@@ -23,6 +23,9 @@ type fileClass struct {
 	json bool
 	// binary: the extension says the content is not text; only name rules and magic apply.
 	binary bool
+	// other: nothing in the name marks configuration, keys or environment (Options.ConfigOnly skips
+	// reading these).
+	other bool
 }
 
 const (
@@ -140,7 +143,15 @@ func classify(rel string) fileClass {
 	if d, tmpl := dotenvName(lower); d {
 		return fileClass{dotenv: !tmpl, template: tmpl}
 	}
-	return fileClass{json: ext == ".json", binary: binaryExts[ext]}
+	return fileClass{json: ext == ".json", binary: binaryExts[ext], other: !configExts[ext] && !strings.HasPrefix(base, ".")}
+}
+
+// configExts are the extensions of files that hold configuration or keys: what Options.ConfigOnly
+// reads, with dotfiles and the names classify knows.
+var configExts = map[string]bool{
+	".pem": true, ".key": true, ".crt": true, ".cer": true, ".ppk": true, ".asc": true, ".json": true,
+	".yaml": true, ".yml": true, ".toml": true, ".ini": true, ".cfg": true, ".conf": true, ".config": true,
+	".properties": true, ".xml": true, ".tfvars": true, ".hcl": true, ".env": true, ".cnf": true,
 }
 
 // dotenvName reports whether a (lower-case) file name is a dotenv file, and whether it is a template:

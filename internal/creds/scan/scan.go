@@ -62,6 +62,11 @@ type Options struct {
 	NoDefaultSkip bool
 	// Allow are globs of paths the user allowed (policy): nothing under them is reported.
 	Allow []string
+	// ConfigOnly reads only files whose names mark configuration, keys or environment (dotfiles,
+	// *.json, *.yaml, *.toml, *.ini, *.conf, *.properties, *.xml, *.pem, *.key, *.tfvars, .env*, ...);
+	// the name rules still apply to every file. It is for trees too large to read at start: a token
+	// pasted into source code is then not found.
+	ConfigOnly bool
 	// MaxRead is how many bytes from the start of each file the content rules read; 0 means
 	// DefaultMaxRead. What lies beyond is not scanned; the name rules apply whatever the size.
 	MaxRead int64
@@ -112,6 +117,7 @@ func ScanTree(ctx context.Context, root string, opt Options) ([]Finding, error) 
 		skip:        skip,
 		allow:       allow,
 		defaultSkip: !opt.NoDefaultSkip,
+		configOnly:  opt.ConfigOnly,
 		maxRead:     maxRead,
 	}
 	found, err := w.run(ctx, opt.Workers)

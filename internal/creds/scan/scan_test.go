@@ -277,3 +277,25 @@ func TestUnreadable(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", got.String(), want)
 	}
 }
+
+func TestConfigOnly(t *testing.T) {
+	g := newGen(14)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"src/app.js":       "const k = '" + g.github() + "';\n",
+		"config/db.yml":    "url: postgres://a:" + g.str(10, alnum) + "@db.prod.example/x\n",
+		".env":             "API_KEY=" + g.str(20, alnum),
+		".config/tool":     "token=" + g.github(), // a dotfile directory's file: the name does not say
+		".s3cfg":           "secret_key = " + g.str(40, b64),
+		"certs/server.key": g.pem(privateLabel("RSA")),
+		"keys/id_rsa":      "x",
+	})
+	all := []string{".config/tool", ".env", ".s3cfg", "certs/server.key", "config/db.yml", "keys/id_rsa", "src/app.js"}
+	if diff := cmp.Diff(all, Paths(scanOK(t, root, Options{}))); diff != "" {
+		t.Fatalf("full scan (-want +got):\n%s", diff)
+	}
+	want := []string{".env", ".s3cfg", "certs/server.key", "config/db.yml", "keys/id_rsa"}
+	if diff := cmp.Diff(want, Paths(scanOK(t, root, Options{ConfigOnly: true}))); diff != "" {
+		t.Errorf("ConfigOnly (-want +got):\n%s", diff)
+	}
+}

@@ -24,10 +24,10 @@ func matchURL(data []byte, i int, anyScheme bool) (kind, preview string) {
 	for s > 0 && (isAlnum(data[s-1]) || data[s-1] == '+' || data[s-1] == '.' || data[s-1] == '-') {
 		s--
 	}
-	scheme := strings.ToLower(string(data[s:i]))
-	if scheme == "" || !dbSchemes[scheme] && !anyScheme {
+	if s == i || !anyScheme && !dbSchemes[string(bytes.ToLower(data[s:i]))] {
 		return "", ""
 	}
+	scheme := strings.ToLower(string(data[s:i]))
 	user, host, ok := urlCredential(data[i+3:])
 	if !ok {
 		return "", ""

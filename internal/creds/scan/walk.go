@@ -31,6 +31,7 @@ type walker struct {
 	root        string // absolute and clean
 	skip, allow *policy.DenyMatcher
 	defaultSkip bool
+	configOnly  bool
 	maxRead     int64
 
 	mu      sync.Mutex
@@ -245,6 +246,9 @@ func readHead(abs string, buf []byte) (int, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return 0, errNotRegular
 	}
+	if st.Size < int64(len(buf)) {
+		buf = buf[:st.Size] // a short file needs no read to find its end
+	}
 	n := 0
 	for n < len(buf) {
 		m, err := unix.Read(fd, buf[n:])
@@ -269,7 +273,7 @@ func (w *walker) scanFile(rel string, buf []byte) []Finding {
 	if c.definite != "" {
 		return []Finding{{Path: rel, Kind: c.definite}}
 	}
-	if c.binary && c.magic == magicNone {
+	if c.binary && c.magic == magicNone || w.configOnly && c.other {
 		return nil
 	}
 	n, err := readHead(filepath.Join(w.root, filepath.FromSlash(rel)), buf)
