@@ -135,16 +135,26 @@ func matchToken(data []byte, i int) (kind, preview string, skip int) {
 				return "Anthropic API key", "sk-ant-…", 7 + n
 			}
 		case rest[0] == 's' && rest[2] == '-':
-			// OpenAI: "sk-" + 48 characters, or "sk-proj-", "sk-svcacct-", "sk-admin-" + more. A long
-			// run with digits and both cases, which words joined by dashes do not have.
-			n := runLen(rest[3:], isTokenChar)
-			body := rest[3 : 3+n]
-			if n >= 32 && hasDigit(body) && hasUpper(body) && hasLower(body) && !fakeToken(body) {
-				p := "sk-"
-				if d := bytes.IndexByte(body, '-'); d > 0 && d <= 8 {
-					p += string(body[:d+1])
+			// OpenAI: "sk-" + 48 letters and digits (legacy), or "sk-proj-", "sk-svcacct-",
+			// "sk-admin-", "sk-None-" + a long run; both mixing digits and cases, which words
+			// joined by dashes do not.
+			var p string
+			for _, kind := range []string{"sk-proj-", "sk-svcacct-", "sk-admin-", "sk-None-"} {
+				if hasPrefix(rest, kind) {
+					p = kind
 				}
-				return "OpenAI API key", p + "…", 3 + n
+			}
+			n := 0
+			if p != "" {
+				if n = runLen(rest[len(p):], isTokenChar); n < 40 {
+					break
+				}
+			} else if p, n = "sk-", runLen(rest[3:], isAlnum); n != 48 || len(rest) > 51 && isTokenChar(rest[51]) {
+				break
+			}
+			body := rest[len(p) : len(p)+n]
+			if hasDigit(body) && hasUpper(body) && hasLower(body) && !fakeToken(body) {
+				return "OpenAI API key", p + "…", len(p) + n
 			}
 		case hasPrefix(rest[2:], "_live_"):
 			if n := runLen(rest[8:], isAlnum); n >= 20 && !fakeToken(rest[8:8+n]) {

@@ -99,6 +99,8 @@ func TestContentNotFound(t *testing.T) {
 		{"token in a word", "a.go", "baseghp_" + g.str(36, alnum)},
 		{"dashed words", "a.css", ".sk-" + "navigation-menu-item-with-a-long-class-name-here {"},
 		{"sklearn", "a.py", "pip install sk-learn scikit-learn"},
+		{"sk- in base64url", "a.txt", "eyJ" + g.str(30, alnum) + "_sk-" + g.str(40, alnum) + "Ab3-_" + g.str(20, alnum)},
+		{"sk- legacy length wrong", "a.txt", p("s", "k-") + g.str(20, alnum) + "Zq7" + g.str(26, alnum)},
 		{"AWS key ID too long", "a.txt", p("AK", "IA") + g.str(20, upperD)},
 		{"PEM header in code", "pem.go", `if strings.HasPrefix(s, "` + p("-----BEGIN ", privateLabel("RSA"), "-----") + `") {` + "\n\treturn nil\n}"},
 		{"PEM header with ellipsis", "README.md", p("-----BEGIN ", privateLabel(""), "-----") + "\n...\n-----END"},

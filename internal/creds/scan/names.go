@@ -11,9 +11,9 @@ type fileClass struct {
 	definite string
 	// magic names a binary key-store format whose first bytes decide (magicPKCS12, magicJKS).
 	magic int
-	// dotenv: assignments are judged one by one (see dotenvFinding); template: it is a dotenv
-	// template, judged by the content rules only.
-	dotenv, template bool
+	// dotenv: assignments are judged one by one (see matchDotenv). A dotenv template is judged by
+	// the content rules only, like any file.
+	dotenv bool
 	// config lists keys whose literal value is a credential in this kind of file, and the kind
 	// reported for one.
 	config *configRule
@@ -141,7 +141,7 @@ func classify(rel string) fileClass {
 		return fileClass{gitConfig: true}
 	}
 	if d, tmpl := dotenvName(lower); d {
-		return fileClass{dotenv: !tmpl, template: tmpl}
+		return fileClass{dotenv: !tmpl}
 	}
 	return fileClass{json: ext == ".json", binary: binaryExts[ext], other: !configExts[ext] && !strings.HasPrefix(base, ".")}
 }

@@ -151,3 +151,30 @@ func sortFindings(fs []Finding) {
 		)
 	})
 }
+
+// summaryPaths is how many paths Summary names before counting the rest.
+const summaryPaths = 3
+
+// Summary is the one line that tells the user what was masked and how to share a file anyway, such as
+// `masked 4 secret-shaped files from the agent: .env, config/db.yml, keys/id_rsa and 1 more (allow one
+// with filesystem.allow_secrets in the policy)`; allowHint says where the user allows paths. It is
+// empty when nothing was masked.
+func Summary(findings []Finding, allowHint string) string {
+	paths := Paths(findings)
+	if len(paths) == 0 {
+		return ""
+	}
+	noun := "files"
+	if len(paths) == 1 {
+		noun = "file"
+	}
+	named := paths[:min(len(paths), summaryPaths)]
+	s := fmt.Sprintf("masked %d secret-shaped %s from the agent: %s", len(paths), noun, strings.Join(named, ", "))
+	if rest := len(paths) - len(named); rest > 0 {
+		s += fmt.Sprintf(" and %d more", rest)
+	}
+	if allowHint != "" {
+		s += " (allow one with " + allowHint + ")"
+	}
+	return s
+}

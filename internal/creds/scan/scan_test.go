@@ -299,3 +299,25 @@ func TestConfigOnly(t *testing.T) {
 		t.Errorf("ConfigOnly (-want +got):\n%s", diff)
 	}
 }
+
+func TestSummary(t *testing.T) {
+	hint := "filesystem.allow_secrets in the policy"
+	for _, tt := range []struct {
+		paths []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{".env"}, "masked 1 secret-shaped file from the agent: .env (allow one with " + hint + ")"},
+		{[]string{"keys/id_rsa", ".env", ".env", "config/db.yml", "x.kdbx"},
+			"masked 4 secret-shaped files from the agent: .env, config/db.yml, keys/id_rsa and 1 more (allow one with " + hint + ")"},
+	} {
+		var fs []Finding
+		for _, p := range tt.paths {
+			fs = append(fs, Finding{Path: p, Kind: "k"})
+		}
+		fs = append(fs, Finding{Env: "TOKEN", Kind: "k"}) // variables are not masked files
+		if got := Summary(fs, hint); got != tt.want {
+			t.Errorf("Summary(%v) = %q, want %q", tt.paths, got, tt.want)
+		}
+	}
+}
