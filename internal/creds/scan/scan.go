@@ -70,6 +70,9 @@ type Options struct {
 	// MaxRead is how many bytes from the start of each file the content rules read; 0 means
 	// DefaultMaxRead. What lies beyond is not scanned; the name rules apply whatever the size.
 	MaxRead int64
+	// Cache, when set, lets the scan skip files that were clean and have not changed since the scan
+	// that last used it; the scan updates it. See Cache.
+	Cache *Cache
 	// Workers is how many files and directories are read at once; 0 means twice GOMAXPROCS, since
 	// the work waits on the disk as much as on the CPU.
 	Workers int
@@ -119,6 +122,10 @@ func ScanTree(ctx context.Context, root string, opt Options) ([]Finding, error) 
 		defaultSkip: !opt.NoDefaultSkip,
 		configOnly:  opt.ConfigOnly,
 		maxRead:     maxRead,
+		cache:       opt.Cache,
+	}
+	if opt.Cache != nil {
+		opt.Cache.begin(rulesVersion + " maxread=" + strconv.FormatInt(maxRead, 10))
 	}
 	found, err := w.run(ctx, opt.Workers)
 	if err != nil {

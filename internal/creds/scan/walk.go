@@ -33,6 +33,7 @@ type walker struct {
 	defaultSkip bool
 	configOnly  bool
 	maxRead     int64
+	cache       *Cache
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -233,14 +234,14 @@ var errNotRegular = errors.New("not a regular file")
 
 // readHead reads up to len(buf) bytes from the start of a regular file, without following a symbolic
 // link and without blocking on a pipe that replaced the file since it was listed.
-func readHead(abs string, buf []byte) (int, error) {
+// st receives the file's status.
+func readHead(abs string, buf []byte, st *unix.Stat_t) (int, error) {
 	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := unix.Fstat(fd, st); err != nil {
 		return 0, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -276,14 +277,23 @@ func (w *walker) scanFile(rel string, buf []byte) []Finding {
 	if c.binary && c.magic == magicNone || w.configOnly && c.other {
 		return nil
 	}
-	n, err := readHead(filepath.Join(w.root, filepath.FromSlash(rel)), buf)
+	abs := filepath.Join(w.root, filepath.FromSlash(rel))
+	var st unix.Stat_t
+	if w.cache != nil && unix.Lstat(abs, &st) == nil && w.cache.clean(rel, identityOf(&st)) {
+		return nil
+	}
+	n, err := readHead(abs, buf, &st)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, errNotRegular):
 		return nil // gone, or no longer a regular file, since it was listed
 	case err != nil:
 		return []Finding{{Path: rel, Kind: "unreadable file (not scanned)"}}
 	}
-	return judge(rel, c, buf[:n])
+	found := judge(rel, c, buf[:n])
+	if w.cache != nil && len(found) == 0 {
+		w.cache.record(rel, identityOf(&st))
+	}
+	return found
 }
 
 // judge applies the content rules for a file of class c to the start of its content.
