@@ -50,6 +50,12 @@
 // says the user did not mean to share it. A link to a file inside the workspace is covered by the
 // scan of that file.
 //
+// Speed: cordon's start waits for the scan, so it reads only the first MaxRead bytes of each file,
+// skips by name before opening anything, walks with a pool of workers, and jumps between a few anchor
+// bytes with a vectorised search instead of looking at every byte. Two options trade coverage or state
+// for more: Options.Cache (kept in cordon's state) skips files that were clean and have not changed;
+// Options.ConfigOnly reads only files whose names mark configuration, keys or environment.
+//
 // A finding never carries the secret: at most a redacted preview (the token's public prefix, a URL's
 // user and host) for the user to recognise it.
 package scan
