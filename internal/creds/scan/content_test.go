@@ -155,6 +155,16 @@ func TestPreviewNeverHoldsTheSecret(t *testing.T) {
 			t.Errorf("preview %q shows the token", got[0].Preview)
 		}
 	}
+	tok := g.github()
+	inURL := judge(".git/config", classify(".git/config"), []byte("url = https://"+tok+":x-oauth-basic@github.com/a/b"))
+	if len(inURL) != 2 {
+		t.Errorf("token in a URL: %v, want the URL and the token", inURL)
+	}
+	for _, f := range inURL {
+		if strings.Contains(f.Preview, tok[4:]) {
+			t.Errorf("%s: preview %q shows the token in the user's place", f.Kind, f.Preview)
+		}
+	}
 	pw := g.str(16, alnum)
 	got := judge("a.txt", fileClass{}, []byte("postgres://app:"+pw+"@db.prod.example/x"))
 	if len(got) != 1 || strings.Contains(got[0].Preview, pw) || got[0].Preview != "postgres://app:…@db.prod.example" {

@@ -20,7 +20,8 @@ const DefaultMaxRead = 64 << 10
 const maxPerFile = 20
 
 // Finding is one secret-shaped thing: a file of the workspace (Path) or a variable (Env). It never holds
-// the secret itself.
+// the secret itself. Path is the file's exact name, which may hold any byte but '/' and NUL: print
+// findings with String or Summary, which escape what a terminal would act on.
 type Finding struct {
 	// Path is the file, slash-separated and relative to the scanned root; empty for a variable.
 	Path string
@@ -38,18 +39,28 @@ type Finding struct {
 func (f Finding) String() string {
 	var b strings.Builder
 	if f.Env != "" {
-		b.WriteString("$" + f.Env)
+		b.WriteString("$" + display(f.Env))
 	} else {
-		b.WriteString(f.Path)
+		b.WriteString(display(f.Path))
 	}
 	if f.Line > 0 {
 		b.WriteString(":" + strconv.Itoa(f.Line))
 	}
-	b.WriteString(": " + f.Kind)
+	b.WriteString(": " + display(f.Kind))
 	if f.Preview != "" {
-		b.WriteString(" (" + f.Preview + ")")
+		b.WriteString(" (" + display(f.Preview) + ")")
 	}
 	return b.String()
+}
+
+// display returns s as it may be printed to a terminal: unchanged when it is printable, quoted with
+// escapes otherwise. File names and URLs come from the workspace, and a name holding an escape
+// sequence must not drive the user's terminal.
+func display(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 // Options tune ScanTree. The zero value scans everything but the default skip list, reading
@@ -175,7 +186,10 @@ func Summary(findings []Finding, allowHint string) string {
 	if len(paths) == 1 {
 		noun = "file"
 	}
-	named := paths[:min(len(paths), summaryPaths)]
+	var named []string
+	for _, p := range paths[:min(len(paths), summaryPaths)] {
+		named = append(named, display(p))
+	}
 	s := fmt.Sprintf("masked %d secret-shaped %s from the agent: %s", len(paths), noun, strings.Join(named, ", "))
 	if rest := len(paths) - len(named); rest > 0 {
 		s += fmt.Sprintf(" and %d more", rest)

@@ -321,3 +321,28 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminalSafe checks that names and URLs from the workspace cannot put escape sequences on the
+// user's terminal through a finding's text.
+func TestTerminalSafe(t *testing.T) {
+	g := newGen(15)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"evil\x1b[2J.env": "API_KEY=" + g.str(20, alnum),
+		"db.txt":          "postgres://u\x9b31m:" + g.str(10, alnum) + "@db.prod\xc2\x9b2J.example/x",
+	})
+	found := scanOK(t, root, Options{})
+	if len(found) != 2 {
+		t.Fatalf("findings %v, want 2", found)
+	}
+	lines := Summary(found, "x")
+	for _, f := range found {
+		lines += "\n" + f.String()
+	}
+	if strings.Contains(lines, "\x1b") || strings.Contains(lines, "\x9b") || strings.Contains(lines, "\u009b") {
+		t.Errorf("raw control characters in:\n%q", lines)
+	}
+	if !strings.Contains(lines, `"evil\x1b[2J.env"`) {
+		t.Errorf("the name is not shown escaped:\n%s", lines)
+	}
+}

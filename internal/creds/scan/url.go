@@ -32,11 +32,15 @@ func matchURL(data []byte, i int, anyScheme bool) (kind, preview string) {
 	if !ok {
 		return "", ""
 	}
+	host = display(host)
 	kind = "database URL to " + host
 	if !dbSchemes[scheme] {
 		kind = "URL with credentials for " + host
 	}
-	return kind, scheme + "://" + user + ":…@" + host
+	if len(user) > 16 || highEntropy(user) {
+		user = user[:4] + "…" // a token in the user's place (https://TOKEN:x-oauth-basic@host)
+	}
+	return kind, display(scheme + "://" + user + ":…@" + host)
 }
 
 // urlCredential reads the authority of a URL (what follows "://") and returns the user and the first

@@ -373,5 +373,5 @@ func (w *walker) symlink(rel string) []Finding {
 	if kind == "" {
 		return nil
 	}
-	return []Finding{{Path: rel, Kind: "symbolic link to " + kind + " outside the workspace", Preview: target}}
+	return []Finding{{Path: rel, Kind: "symbolic link to " + kind + " outside the workspace", Preview: display(target)}}
 }
