@@ -124,6 +124,7 @@ func TestContentNotFound(t *testing.T) {
 		{"dotenv plain settings", ".env", "PORT=3000\nNODE_ENV=development\nVITE_API_URL=http://localhost:3000\nDEBUG=true\n"},
 		{"dotenv empty and placeholder", ".env", "API_KEY=\nDB_PASSWORD=changeme\nSECRET=your-secret-here\nTOKEN=${TOKEN}\nPASS=<pass>\n"},
 		{"dotenv local DB URL", ".env", "DATABASE_URL=postgres://postgres:postgres@localhost:5432/dev\n"},
+		{"dotenv URLs without credentials", ".env", "TOKEN_ISSUER=https://auth.corp.io/\nAUTH_SERVER=auth.corp.io\n"},
 		{"dotenv not secret-named", ".env.local", "TOKEN_TTL=3600\nPUBLIC_KEY=abcdef\nGOOGLE_APPLICATION_CREDENTIALS_FILE=/x/y.json\nAUTH_ENABLED=true\n"},
 		{"dotenv template values", ".env.example", "API_KEY=" + g.str(20, alnum) + "\nDB_PASSWORD=" + g.str(12, alnum) + "\n"},
 		{"npmrc with variable", ".npmrc", "//npm.corp.io/:_authToken=${NPM_TOKEN}\n"},

@@ -39,7 +39,8 @@ func TestSecretName(t *testing.T) {
 		"client_secret": true, "BASIC_AUTH": true, "GITLAB_PAT": true, "aws.secret": true,
 		"PUBLIC_KEY": false, "STRIPE_PUBLISHABLE_KEY": false, "TOKEN_TTL": false, "SSH_AUTH_SOCK": false,
 		"GOOGLE_CREDENTIALS_FILE": false, "PASSWORD_MIN_LENGTH": false, "KEY": false, "AUTHOR": false,
-		"KEYBOARD": false, "NEXTAUTH_URL": false, "PORT": false,
+		"KEYBOARD": false, "NEXTAUTH_URL": false, "PORT": false, "AUTH_SERVER": false, "AUTH_DOMAIN": false,
+		"PAT": false, "AUTH": false, "STRIPE_SECRET_KEY": true, "CREDENTIALS_JSON": true,
 	} {
 		if got := secretName(name); got != want {
 			t.Errorf("secretName(%q) = %v, want %v", name, got, want)

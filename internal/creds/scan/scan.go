@@ -15,6 +15,9 @@ import (
 // sit in small configuration files, and reading only the start of large ones keeps cordon's start fast.
 const DefaultMaxRead = 64 << 10
 
+// maxMaxRead bounds Options.MaxRead.
+const maxMaxRead = 16 << 20
+
 // maxPerFile bounds the content findings kept for one file, so a file full of keys cannot make the
 // report (or memory) large; one finding is enough to mask it.
 const maxPerFile = 20
@@ -79,7 +82,8 @@ type Options struct {
 	// pasted into source code is then not found.
 	ConfigOnly bool
 	// MaxRead is how many bytes from the start of each file the content rules read; 0 means
-	// DefaultMaxRead. What lies beyond is not scanned; the name rules apply whatever the size.
+	// DefaultMaxRead, and it is at most 16 MiB (each worker holds a buffer this large). What lies
+	// beyond is not scanned; the name rules apply whatever the size.
 	MaxRead int64
 	// Cache, when set, lets the scan skip files that were clean and have not changed since the scan
 	// that last used it; the scan updates it. See Cache.
@@ -126,6 +130,7 @@ func ScanTree(ctx context.Context, root string, opt Options) ([]Finding, error) 
 	if maxRead <= 0 {
 		maxRead = DefaultMaxRead
 	}
+	maxRead = min(maxRead, maxMaxRead)
 	w := &walker{
 		root:        root,
 		skip:        skip,

@@ -346,3 +346,15 @@ func TestTerminalSafe(t *testing.T) {
 		t.Errorf("the name is not shown escaped:\n%s", lines)
 	}
 }
+
+func TestMaxRead(t *testing.T) {
+	g := newGen(16)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"big.txt": strings.Repeat("x\n", 1000) + g.github() + "\n"})
+	if got := Paths(scanOK(t, root, Options{MaxRead: 1000})); len(got) != 0 {
+		t.Errorf("MaxRead 1000 found %v past its bound", got)
+	}
+	if got := Paths(scanOK(t, root, Options{MaxRead: 4000})); len(got) != 1 {
+		t.Errorf("MaxRead 4000 found %v, want big.txt", got)
+	}
+}

@@ -44,8 +44,12 @@ func isPlaceholder(v string) bool {
 // secretWords are the parts of a variable name (split at _ - .) that say its value is a secret.
 var secretWords = map[string]bool{
 	"TOKEN": true, "SECRET": true, "PASSWORD": true, "PASSWD": true, "PASS": true, "PASSPHRASE": true,
-	"APIKEY": true, "CREDENTIAL": true, "CREDENTIALS": true, "AUTH": true, "PAT": true, "PRIVATEKEY": true,
+	"APIKEY": true, "CREDENTIAL": true, "CREDENTIALS": true, "PRIVATEKEY": true,
 }
+
+// secretLastWords say a secret only as the last part of a name: BASIC_AUTH, GITLAB_PAT; but
+// AUTH_SERVER and AUTH_DOMAIN are not secrets.
+var secretLastWords = map[string]bool{"AUTH": true, "PAT": true, "KEY": true}
 
 // notSecretLast are last parts of a name that say the value is about a secret, not the secret: a path
 // to it, its user, its lifetime.
@@ -67,15 +71,16 @@ func secretName(name string) bool {
 	if len(parts) == 0 || notSecretLast[parts[len(parts)-1]] {
 		return false
 	}
-	for i, p := range parts {
+	for _, p := range parts {
 		if secretWords[p] {
 			return true
 		}
-		if p == "KEY" && i == len(parts)-1 && i > 0 && !notSecretKeyQualifiers[parts[i-1]] {
-			return true
-		}
 	}
-	return false
+	last := len(parts) - 1
+	if !secretLastWords[parts[last]] || last == 0 {
+		return false // a name that is only KEY or AUTH says too little
+	}
+	return parts[last] != "KEY" || !notSecretKeyQualifiers[parts[last-1]]
 }
 
 // highEntropy reports whether a value looks like a generated secret: long, one word of token
@@ -156,10 +161,10 @@ func assignmentSecret(key, value string, entropy bool) bool {
 	case "true", "false", "yes", "no", "on", "off":
 		return false
 	}
-	if isPlaceholder(value) {
-		return false
+	if isPlaceholder(value) || strings.Contains(value, "://") {
+		return false // a URL's credentials are the URL rule's to judge
 	}
-	return secretName(key) || entropy && !strings.Contains(value, "://") && highEntropy(value)
+	return secretName(key) || entropy && highEntropy(value)
 }
 
 // matchDotenv reports the assignments of a dotenv file that hold secrets.
