@@ -39,9 +39,11 @@
 // are documentation examples (containing EXAMPLE, like AKIAIOSFODNN7EXAMPLE, or made of few distinct
 // characters), and JWTs: they are usually short-lived and common in test fixtures.
 //
-// Not scanned: .git internals (except .git/config), node_modules, Python virtualenvs and caches, .hg,
-// .svn, .terraform, Go and Composer vendor trees (a vendor directory holding modules.txt or
-// autoload.php): third-party code that is large and rarely holds the user's secrets. Binary files
+// Not scanned: .git internals (except .git/config), node_modules, Python caches, .hg, .svn,
+// .terraform, and directories recognised by their content: Go and Composer vendor trees (a vendor
+// directory holding modules.txt or autoload.php), Python virtualenvs under any name (pyvenv.cfg: one
+// named .env is common), and cache directories tagged with CACHEDIR.TAG (Cargo's target): third-party
+// or generated files that are large and rarely hold the user's secrets. Binary files
 // (a NUL byte in the first 8 KiB, or a known binary extension) get only the name rules.
 //
 // Symbolic links are never followed. A link whose target lies outside the workspace is reported when

@@ -65,6 +65,12 @@ func TestScanTree(t *testing.T) {
 		"node_modules/pkg/.env":             "SECRET=" + g.str(20, alnum) + "\n",
 		"vendor/modules.txt":                "# golang.org/x/sys v0.1.0\n",
 		"vendor/golang.org/x/sys/.env":      "SECRET=" + g.str(20, alnum) + "\n",
+		"py/.env/pyvenv.cfg":                "home = /usr/bin\n",
+		"py/.env/lib/site-packages/x/k.pem": g.pem(privateLabel("RSA")),
+		"target/CACHEDIR.TAG":               cacheDirSignature + "\n# cargo\n",
+		"target/debug/build/out.txt":        g.github(),
+		"notcache/CACHEDIR.TAG":             "no signature\n",
+		"notcache/a.txt":                    "k=" + g.github(),
 		".git/config":                       "[remote \"origin\"]\n\turl = https://u:" + g.str(20, alnum) + "@git.corp.io/a.git\n",
 		".git/objects/ab/cdef":              g.github(),
 		"image.png":                         "\x89PNG" + g.github(),
@@ -81,6 +87,7 @@ func TestScanTree(t *testing.T) {
 		{Path: "config/db.yml", Line: 2, Kind: "database URL to db.prod.example", Preview: "postgres://app:…@db.prod.example"},
 		{Path: "infra/terraform.tfstate", Kind: "Terraform state (holds secrets in plain text)"},
 		{Path: "keys/id_ed25519", Kind: "SSH private key"},
+		{Path: "notcache/a.txt", Line: 1, Kind: "GitHub token", Preview: p("gh", "p_") + "…"},
 		{Path: "secrets.kdbx", Kind: "KeePass database"},
 		{Path: "src/app.js", Line: 1, Kind: "Stripe live key", Preview: p("sk", "_live_") + "…"},
 	}
@@ -91,14 +98,16 @@ func TestScanTree(t *testing.T) {
 		}
 	}
 	wantPaths := []string{".aws/credentials", ".env", ".git/config", ".netrc", "certs/app.jks", "certs/client.p12",
-		"certs/tls.key", "config/db.yml", "infra/terraform.tfstate", "keys/id_ed25519", "secrets.kdbx", "src/app.js"}
+		"certs/tls.key", "config/db.yml", "infra/terraform.tfstate", "keys/id_ed25519", "notcache/a.txt", "secrets.kdbx",
+		"src/app.js"}
 	if diff := cmp.Diff(wantPaths, Paths(want)); diff != "" {
 		t.Errorf("Paths (-want +got):\n%s", diff)
 	}
 
 	// The trees skipped by default hold findings, so the skip can be seen to matter.
 	all := Paths(scanOK(t, root, Options{NoDefaultSkip: true}))
-	for _, p := range []string{"node_modules/pkg/.env", "vendor/golang.org/x/sys/.env", ".git/objects/ab/cdef", "infra/.terraform/providers/x.json"} {
+	for _, p := range []string{"node_modules/pkg/.env", "vendor/golang.org/x/sys/.env", ".git/objects/ab/cdef",
+		"infra/.terraform/providers/x.json", "py/.env/lib/site-packages/x/k.pem", "target/debug/build/out.txt"} {
 		if !contains(all, p) {
 			t.Errorf("NoDefaultSkip: %s not found in %v", p, all)
 		}

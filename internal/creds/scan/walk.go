@@ -156,7 +156,7 @@ func (w *walker) listDir(rel string, buf []byte) ([]Finding, error) {
 	case err != nil:
 		return []Finding{{Path: rel, Kind: "unreadable directory (not scanned)"}}, nil
 	}
-	if w.defaultSkip && path.Base(rel) == "vendor" && hasEntry(entries, "modules.txt", "autoload.php") {
+	if w.defaultSkip && rel != "." && w.thirdParty(rel, entries) {
 		return nil, nil
 	}
 	var found []Finding
@@ -200,6 +200,25 @@ func (w *walker) listDir(rel string, buf []byte) ([]Finding, error) {
 		found = append(found, w.scanFile(f, buf)...)
 	}
 	return found, nil
+}
+
+// cacheDirSignature starts a CACHEDIR.TAG file (https://bford.info/cachedir/).
+const cacheDirSignature = "Signature: 8a477f597d28d172789f06886806bc55"
+
+// thirdParty recognises, by what it holds, a directory of third-party or generated files that the
+// default skip list does not name: a Go or Composer vendor tree, a Python virtualenv under any name
+// (often .env or venv), a cache directory tagged as such (Cargo's target, for one).
+func (w *walker) thirdParty(rel string, entries []fs.DirEntry) bool {
+	if path.Base(rel) == "vendor" && hasEntry(entries, "modules.txt", "autoload.php") || hasEntry(entries, "pyvenv.cfg") {
+		return true
+	}
+	if !hasEntry(entries, "CACHEDIR.TAG") {
+		return false
+	}
+	var st unix.Stat_t
+	buf := make([]byte, len(cacheDirSignature))
+	n, err := readHead(filepath.Join(w.root, filepath.FromSlash(rel), "CACHEDIR.TAG"), buf, &st)
+	return err == nil && string(buf[:n]) == cacheDirSignature
 }
 
 func hasEntry(entries []fs.DirEntry, names ...string) bool {
