@@ -49,3 +49,29 @@ func FuzzJudge(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanEnv checks ScanEnv on arbitrary variables: no panic, at most one finding per variable, named
+// after it, and never showing the whole value.
+func FuzzScanEnv(f *testing.F) {
+	g := newGen(31)
+	f.Add("GH", g.github())
+	f.Add("DATABASE_URL", "postgres://app:"+g.str(12, alnum)+"@db.prod.example/app")
+	f.Add("NPM_TOKEN", g.str(36, alnum))
+	f.Fuzz(func(t *testing.T, name, value string) {
+		if name == "" || strings.Contains(name, "=") {
+			return
+		}
+		found := ScanEnv([]string{name + "=" + value})
+		if len(found) > 1 {
+			t.Fatalf("%d findings for one variable", len(found))
+		}
+		for _, fd := range found {
+			if fd.Env != name || fd.Path != "" || fd.Kind == "" {
+				t.Fatalf("bad finding %+v", fd)
+			}
+			if len(value) >= 8 && strings.Contains(fd.Preview, value) {
+				t.Fatalf("preview %q shows the value", fd.Preview)
+			}
+		}
+	})
+}
