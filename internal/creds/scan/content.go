@@ -230,13 +230,25 @@ func matchPEM(data []byte, i int) (kind, preview string, skip int) {
 	return "", "", 0
 }
 
-// matchPuTTY matches a PuTTY private key file's first line, when the file has private lines.
+// matchPuTTY matches a PuTTY private key file: a line "PuTTY-User-Key-File-<n>: <algorithm>" and,
+// further on, a line "Private-Lines: <count>" followed by key material. Code that names the format
+// (this file, for one) has neither line.
 func matchPuTTY(data []byte, i int) (kind, preview string) {
 	const head = "PuTTY-User-Key-File-"
-	if bytes.HasPrefix(data[i:], []byte(head)) && bytes.Contains(data[i:], []byte("Private-Lines:")) {
-		return "PuTTY private key", head + "…"
+	rest := data[i:]
+	if i > 0 && data[i-1] != '\n' || !hasPrefix(rest, head) || len(rest) < len(head)+3 ||
+		rest[len(head)] < '1' || rest[len(head)] > '9' || rest[len(head)+1] != ':' {
+		return "", ""
 	}
-	return "", ""
+	p := bytes.Index(rest, []byte("\nPrivate-Lines: "))
+	if p < 0 {
+		return "", ""
+	}
+	body := rest[p+len("\nPrivate-Lines: "):]
+	if nl := bytes.IndexByte(body, '\n'); nl < 0 || runLen(body[nl+1:], isBase64Char) < 16 {
+		return "", ""
+	}
+	return "PuTTY private key", head + "…"
 }
 
 // fakeToken reports whether a token body is a documentation example or a placeholder rather than a

@@ -18,7 +18,7 @@ func FuzzJudge(f *testing.F) {
 	g := newGen(30)
 	for i, s := range []string{g.github(), g.githubPAT(), g.slack(), g.anthropic(), g.openAIProj(), g.awsKeyID(),
 		"aws_secret_access_key = " + g.awsSecret(), g.pem(privateLabel("RSA")), g.googleKey(),
-		"x://u:" + g.str(8, alnum) + "@db.prod.example,localhost/x", "API_KEY=" + g.str(24, alnum)} {
+		"postgres://u:" + g.str(8, alnum) + "@localhost,db.prod.example/x", "API_KEY=" + g.str(24, alnum)} {
 		f.Add([]byte(s), uint8(i))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, which uint8) {

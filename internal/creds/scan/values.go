@@ -16,7 +16,7 @@ var placeholderWords = map[string]bool{
 // placeholderParts mark a value as a stand-in wherever they appear in it.
 var placeholderParts = []string{
 	"example", "placeholder", "changeme", "change_me", "change-me", "replace", "your", "redacted",
-	"xxxx", "****", "dummy", "insert", "${", "{{", "<",
+	"xxxx", "****", "dummy", "insert", "${", "{{", "<", "…", "...",
 }
 
 // isPlaceholder reports whether a value is empty, a reference to something else ($VAR, ${VAR},
