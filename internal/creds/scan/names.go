@@ -47,7 +47,7 @@ var (
 	yarnrcRule = &configRule{kind: "yarn registry token", keys: []string{"npmauthtoken", "npmauthident"}}
 	pypircRule = &configRule{kind: "PyPI password", keys: []string{"password"}}
 	dockerRule = &configRule{kind: "Docker registry auth", keys: []string{"auth", "identitytoken", "registrytoken"}}
-	kubeRule   = &configRule{kind: "Kubernetes credentials", keys: []string{"client-key-data", "token", "password"}}
+	kubeRule   = &configRule{kind: "Kubernetes credentials", keys: []string{"client-key-data", "token", "password", "access-token", "refresh-token", "id-token"}}
 	mycnfRule  = &configRule{kind: "MySQL password", keys: []string{"password"}}
 	s3cfgRule  = &configRule{kind: "S3 secret key", keys: []string{"secret_key", "access_token"}}
 )
