@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -557,7 +558,17 @@ func (e *entry) find(r *http.Request, body []byte) []string {
 		}
 		return false
 	}
-	if has(r.URL.String()) || has(r.Host) {
+	// Header names are case-insensitive (and canonicalised on the way in).
+	hasFold := func(lower string) bool {
+		for _, t := range e.tokens() {
+			if strings.Contains(lower, strings.ToLower(t)) {
+				return true
+			}
+		}
+		return false
+	}
+	query, _ := url.QueryUnescape(r.URL.RawQuery)
+	if has(r.URL.String()) || has(r.URL.Path) || has(query) || has(r.Host) {
 		where = append(where, "URL")
 	}
 	keys := make([]string, 0, len(r.Header))
@@ -567,7 +578,7 @@ func (e *entry) find(r *http.Request, body []byte) []string {
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, v := range r.Header[k] {
-			if has(v) || has(k) {
+			if has(v) || hasFold(strings.ToLower(k)) {
 				where = append(where, "header "+k)
 				break
 			}
