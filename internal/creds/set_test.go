@@ -91,7 +91,7 @@ func TestModify(t *testing.T) {
 			req:  req{url: "/", header: map[string]string{"X-Other": ph["API"]}},
 			want: map[string]string{"X-Other": ph["API"]}, misuse: "API in header X-Other"},
 		{name: "bound host, in the URL", host: "api.example.com",
-			req:  req{url: "/?key=" + ph["API"]},
+			req:    req{url: "/?key=" + ph["API"]},
 			misuse: "API in URL"},
 		{name: "bound host, percent-encoded in the query", host: "api.example.com",
 			req:    req{url: "/?key=" + strings.ReplaceAll(ph["API"], "-", "%2D")},

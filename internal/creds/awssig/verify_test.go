@@ -106,4 +106,3 @@ func uriEncode(s string, slash bool) string {
 	}
 	return b.String()
 }
-
