@@ -610,3 +610,16 @@ func (s *Set) Close(ctx context.Context) error {
 	})
 	return s.closeErr
 }
+
+// String names the credentials; values and placeholders are not printed.
+func (s *Set) String() string {
+	names := make([]string, len(s.entries))
+	for i, e := range s.entries {
+		names[i] = e.name
+	}
+	return "credentials [" + strings.Join(names, " ") + "]"
+}
+
+// Format prints String for every verb, so %#v and %+v do not walk into the
+// sources and keys the Set holds.
+func (s *Set) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String()) }

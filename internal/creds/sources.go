@@ -221,3 +221,10 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return l.buf.Write(p)
 }
+
+// String names the variable; the environment it holds (which holds the
+// value, and likely other secrets) is never printed.
+func (e EnvSource) String() string { return "env " + e.Var }
+
+// Format prints String for every verb, so %#v and %+v do not dump Environ.
+func (e EnvSource) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, e.String()) }
