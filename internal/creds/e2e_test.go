@@ -117,7 +117,10 @@ func newGateway(t *testing.T, set *Set, gitRoot string) *gateway {
 	return g
 }
 
-func (g *gateway) port() string { _, p, _ := net.SplitHostPort(g.srv.Listener.Addr().String()); return p }
+func (g *gateway) port() string {
+	_, p, _ := net.SplitHostPort(g.srv.Listener.Addr().String())
+	return p
+}
 
 // client is Go's HTTP client, resolving every name to the gateway.
 func (g *gateway) client() *http.Client {
