@@ -60,20 +60,30 @@ func verifySigV4(r *http.Request, body []byte, keyID, secret, token string) erro
 		path = uriEncode(path, false)
 	}
 	q := r.URL.Query()
-	var pairs []string
+	var pairs [][2]string
 	for k, vs := range q {
 		for _, v := range vs {
-			pairs = append(pairs, uriEncode(k, true)+"="+uriEncode(v, true))
+			pairs = append(pairs, [2]string{uriEncode(k, true), uriEncode(v, true)})
 		}
 	}
-	sort.Strings(pairs)
+	// Sorted by encoded name, then value.
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i][0] != pairs[j][0] {
+			return pairs[i][0] < pairs[j][0]
+		}
+		return pairs[i][1] < pairs[j][1]
+	})
+	var query []string
+	for _, p := range pairs {
+		query = append(query, p[0]+"="+p[1])
+	}
 	payload := r.Header.Get("X-Amz-Content-Sha256")
 	if sum := sha256.Sum256(body); payload == "" {
 		payload = hex.EncodeToString(sum[:])
 	} else if !strings.HasPrefix(payload, "STREAMING-") && payload != "UNSIGNED-PAYLOAD" && payload != hex.EncodeToString(sum[:]) {
 		return errors.New("XAmzContentSHA256Mismatch")
 	}
-	creq := strings.Join([]string{r.Method, path, strings.Join(pairs, "&"), canon.String(), strings.Join(a.SignedHeaders, ";"), payload}, "\n")
+	creq := strings.Join([]string{r.Method, path, strings.Join(query, "&"), canon.String(), strings.Join(a.SignedHeaders, ";"), payload}, "\n")
 	h := sha256.Sum256([]byte(creq))
 	scope := a.Date + "/" + a.Region + "/" + a.Service + "/aws4_request"
 	sts := "AWS4-HMAC-SHA256\n" + date + "\n" + scope + "\n" + hex.EncodeToString(h[:])
