@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"time"
 
@@ -137,8 +138,11 @@ var ErrNotResigned = errors.New("request signed with the placeholder AWS keys ca
 // (no SigV4 header, or another access key id): such a request is left alone.
 // It returns an error wrapping ErrNotResigned when r is signed with the
 // placeholder but cannot be re-signed faithfully: signed aws-chunked bodies
-// (each chunk's signature chains from the header's), presigned URLs, a
-// malformed header, a session token that is not the placeholder's.
+// (each chunk's signature chains from the header's), a malformed header, a
+// session token that is not the placeholder's.
+//
+// Presigned URLs (X-Amz-Credential naming the placeholder in the query) are
+// re-signed the same way, in the query; their X-Amz-Expires is kept.
 func (s *Resigner) Resign(r *http.Request) (bool, error) {
 	var auth Auth
 	ours := false
@@ -155,10 +159,21 @@ func (s *Resigner) Resign(r *http.Request) (bool, error) {
 		}
 	}
 	if !ours {
-		if strings.Contains(r.URL.RawQuery, s.placeholder.AccessKeyID) {
-			return false, fmt.Errorf("%w: presigned URLs are not re-signed", ErrNotResigned)
+		if !strings.Contains(r.URL.RawQuery, s.placeholder.AccessKeyID) {
+			return false, nil
 		}
-		return false, nil
+		q := r.URL.Query()
+		cred := q.Get("X-Amz-Credential")
+		if !strings.HasPrefix(cred, s.placeholder.AccessKeyID+"/") {
+			if strings.HasPrefix(cred, s.placeholder.AccessKeyID) {
+				return false, nil // a longer key id: someone else's
+			}
+			return false, fmt.Errorf("%w: the placeholder key id is in the query but not as X-Amz-Credential", ErrNotResigned)
+		}
+		if err := s.represign(r, q); err != nil {
+			return false, fmt.Errorf("%w: presigned URL: %w", ErrNotResigned, err)
+		}
+		return true, nil
 	}
 	if err := s.resign(r, auth); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrNotResigned, err)
@@ -191,18 +206,32 @@ func (s *Resigner) resign(r *http.Request, auth Auth) error {
 	if err != nil {
 		return err
 	}
+	c := signingCopy(r, auth.SignedHeaders)
+	if err := s.signer.SignHTTP(context.Background(), s.creds(), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service)); err != nil {
+		return fmt.Errorf("signing: %w", err)
+	}
+	r.Header["Authorization"] = c.Header["Authorization"]
+	r.Header[amzDate] = c.Header[amzDate]
+	if s.real.SessionToken != "" {
+		r.Header[amzSecurityTok] = []string{s.real.SessionToken}
+	} else {
+		r.Header.Del(amzSecurityTok)
+	}
+	return nil
+}
 
+// signingCopy returns a copy of r holding only the headers the client
+// signed: the signer signs every header it is given (but a few it always
+// ignores), so the new signature covers the same headers as the client's.
+func signingCopy(r *http.Request, signed []string) *http.Request {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
-	// Sign a copy that holds only what the client signed, so the new
-	// signature covers the same headers (the signer signs every header it
-	// is given), and copy the result back.
 	u := *r.URL
 	u.Scheme, u.Host = "", host // no scheme: the signer keeps the Host as it will be sent
 	c := &http.Request{Method: r.Method, URL: &u, Host: host, Header: http.Header{}}
-	for _, h := range auth.SignedHeaders {
+	for _, h := range signed {
 		switch h {
 		case "host", "authorization", "x-amz-security-token":
 		case "content-length":
@@ -214,20 +243,81 @@ func (s *Resigner) resign(r *http.Request, auth Auth) error {
 			}
 		}
 	}
-	opts := func(o *v4.SignerOptions) {
+	return c
+}
+
+func signerOptions(service string) func(*v4.SignerOptions) {
+	return func(o *v4.SignerOptions) {
 		// S3 signs the path as sent; other services escape it once more.
-		o.DisableURIPathEscaping = strings.HasPrefix(auth.Service, "s3")
+		o.DisableURIPathEscaping = strings.HasPrefix(service, "s3")
+		// Presigning: headers the client signed stay headers.
+		o.DisableHeaderHoisting = true
 	}
-	creds := aws.Credentials{AccessKeyID: s.real.AccessKeyID, SecretAccessKey: s.real.SecretAccessKey, SessionToken: s.real.SessionToken}
-	if err := s.signer.SignHTTP(context.Background(), creds, c, payload, auth.Service, auth.Region, when, opts); err != nil {
+}
+
+func (s *Resigner) creds() aws.Credentials {
+	return aws.Credentials{AccessKeyID: s.real.AccessKeyID, SecretAccessKey: s.real.SecretAccessKey, SessionToken: s.real.SessionToken}
+}
+
+// represign signs a presigned URL (X-Amz-Credential and friends in the
+// query) again with the real keys, keeping its time, expiry, scope and
+// signed headers.
+func (s *Resigner) represign(r *http.Request, q url.Values) error {
+	if r.Header.Get("Authorization") != "" {
+		return errors.New("both an Authorization header and a presigned query")
+	}
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Signature"} {
+		if len(q[k]) != 1 {
+			return fmt.Errorf("no single %s", k)
+		}
+	}
+	if q.Get("X-Amz-Algorithm") != algorithm {
+		return errors.New("unknown X-Amz-Algorithm")
+	}
+	// Reuse the header parser for the parameters' syntax.
+	auth, _, err := ParseAuthorization(algorithm + " Credential=" + q.Get("X-Amz-Credential") +
+		", SignedHeaders=" + q.Get("X-Amz-SignedHeaders") + ", Signature=" + q.Get("X-Amz-Signature"))
+	if err != nil {
+		return err
+	}
+	when, err := time.Parse(timeFormat, q.Get("X-Amz-Date"))
+	if err != nil || when.Format("20060102") != auth.Date {
+		return errors.New("X-Amz-Date is malformed or not the credential scope's date")
+	}
+	switch toks := q["X-Amz-Security-Token"]; {
+	case len(toks) > 1:
+		return errors.New("more than one X-Amz-Security-Token")
+	case len(toks) == 1 && (s.placeholder.SessionToken == "" || toks[0] != s.placeholder.SessionToken):
+		return errors.New("X-Amz-Security-Token is not the placeholder session token")
+	}
+	payload := q.Get("X-Amz-Content-Sha256")
+	if payload == "" {
+		payload = r.Header.Get(amzContentHash)
+	}
+	if payload == "" && strings.HasPrefix(auth.Service, "s3") {
+		payload = unsignedPayload // what S3 presigned URLs sign
+	}
+	if payload == "" || payload != unsignedPayload && (len(payload) != 64 || !isLowerHex(payload)) {
+		if payload, err = payloadHash(r); err != nil {
+			return err
+		}
+	}
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"} {
+		q.Del(k) // the signer sets these afresh
+	}
+	c := signingCopy(r, auth.SignedHeaders)
+	c.URL.RawQuery = q.Encode()
+	signed, _, err := s.signer.PresignHTTP(context.Background(), s.creds(), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service))
+	if err != nil {
 		return fmt.Errorf("signing: %w", err)
 	}
-	r.Header["Authorization"] = c.Header["Authorization"]
-	r.Header[amzDate] = c.Header[amzDate]
-	if s.real.SessionToken != "" {
-		r.Header[amzSecurityTok] = []string{s.real.SessionToken}
-	} else {
-		r.Header.Del(amzSecurityTok)
+	u, err := url.Parse(signed)
+	if err != nil {
+		return fmt.Errorf("signing: %w", err)
+	}
+	r.URL.RawQuery = u.RawQuery
+	if r.RequestURI != "" { // a server-side request: keep RequestURI in step
+		r.RequestURI = r.URL.RequestURI()
 	}
 	return nil
 }

@@ -229,6 +229,56 @@ func TestResignLeavesOthersAlone(t *testing.T) {
 	}
 }
 
+// TestResignPresigned: a presigned URL made with the placeholder keys (as
+// `aws s3 presign` makes one) is refused upstream as it is and accepted
+// once re-signed; its expiry is kept.
+func TestResignPresigned(t *testing.T) {
+	withToken := realKeys
+	withToken.SessionToken = "REALtoken"
+	for _, real := range []Keys{realKeys, withToken} {
+		ph, _ := NewPlaceholder(real)
+		rs, err := NewResigner(ph, real)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upstream := fakeAWS(t, real)
+		for _, service := range []string{"s3", "sts"} {
+			r, _ := http.NewRequest("GET", upstream.URL+"/bucket/a%20b?X-Amz-Expires=300&x-id=GetObject", nil)
+			payload := "UNSIGNED-PAYLOAD"
+			if service != "s3" {
+				payload = hex.EncodeToString(sha256.New().Sum(nil))
+			}
+			signed, _, err := v4.NewSigner().PresignHTTP(context.Background(),
+				aws.Credentials{AccessKeyID: ph.AccessKeyID, SecretAccessKey: ph.SecretAccessKey, SessionToken: ph.SessionToken},
+				r, payload, service, "us-east-1", time.Now().UTC(), func(o *v4.SignerOptions) { o.DisableURIPathEscaping = service == "s3" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			newReq := func() *http.Request {
+				r, _ := http.NewRequest("GET", signed, nil)
+				return r
+			}
+			r = newReq()
+			if err := verifySigV4(r, nil, ph.AccessKeyID, ph.SecretAccessKey, ph.SessionToken); err != nil {
+				t.Fatalf("%s: the verifier refuses the client's presigned URL: %v", service, err)
+			}
+			if code, _ := send(t, r); code != http.StatusForbidden {
+				t.Fatalf("%s: placeholder-presigned URL accepted upstream", service)
+			}
+			r = newReq()
+			if ok, err := rs.Resign(r); !ok || err != nil {
+				t.Fatalf("%s: Resign = %v, %v", service, ok, err)
+			}
+			if strings.Contains(r.URL.RawQuery, ph.AccessKeyID) || r.URL.Query().Get("X-Amz-Expires") != "300" {
+				t.Fatalf("%s: re-signed query %q", service, r.URL.RawQuery)
+			}
+			if code, msg := send(t, r); code != http.StatusOK {
+				t.Fatalf("%s: re-signed presigned URL refused upstream: %d %s", service, code, msg)
+			}
+		}
+	}
+}
+
 func TestKeysRedact(t *testing.T) {
 	k := Keys{AccessKeyID: "AKIAEXAMPLEEXAMPLE12", SecretAccessKey: "SECRETsecret", SessionToken: "TOKENtoken"}
 	for _, s := range []string{fmt.Sprint(k), fmt.Sprintf("%#v %+v %x %q %s", k, k, k, k, k), fmt.Sprintf("%v", &k), fmt.Sprintf("%v", struct{ K Keys }{k})} {

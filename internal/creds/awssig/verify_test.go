@@ -18,9 +18,26 @@ import (
 // from secret and compares signatures. It also demands keyID and, when token
 // is not empty, that X-Amz-Security-Token is token and signed.
 func verifySigV4(r *http.Request, body []byte, keyID, secret, token string) error {
-	a, ok, err := ParseAuthorization(r.Header.Get("Authorization"))
+	q := r.URL.Query()
+	authz := r.Header.Get("Authorization")
+	date := r.Header.Get("X-Amz-Date")
+	tok := r.Header.Get("X-Amz-Security-Token")
+	payload := r.Header.Get("X-Amz-Content-Sha256")
+	presigned := authz == "" && q.Get("X-Amz-Credential") != ""
+	if presigned {
+		if q.Get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" {
+			return errors.New("AuthorizationQueryParametersError")
+		}
+		authz = "AWS4-HMAC-SHA256 Credential=" + q.Get("X-Amz-Credential") + ", SignedHeaders=" + q.Get("X-Amz-SignedHeaders") + ", Signature=" + q.Get("X-Amz-Signature")
+		date, tok = q.Get("X-Amz-Date"), q.Get("X-Amz-Security-Token")
+		q.Del("X-Amz-Signature")
+	}
+	a, ok, err := ParseAuthorization(authz)
 	if !ok || err != nil {
 		return fmt.Errorf("no SigV4 authorization: %v", err)
+	}
+	if presigned && payload == "" && a.Service == "s3" {
+		payload = "UNSIGNED-PAYLOAD"
 	}
 	if a.AccessKeyID != keyID {
 		return errors.New("InvalidAccessKeyId")
@@ -32,10 +49,9 @@ func verifySigV4(r *http.Request, body []byte, keyID, secret, token string) erro
 	if !signed["host"] {
 		return errors.New("host not signed")
 	}
-	if token != "" && (r.Header.Get("X-Amz-Security-Token") != token || !signed["x-amz-security-token"]) {
+	if token != "" && (tok != token || !presigned && !signed["x-amz-security-token"]) {
 		return errors.New("InvalidToken")
 	}
-	date := r.Header.Get("X-Amz-Date")
 	var canon strings.Builder
 	for _, h := range a.SignedHeaders {
 		var vals []string
@@ -59,7 +75,6 @@ func verifySigV4(r *http.Request, body []byte, keyID, secret, token string) erro
 	if !strings.HasPrefix(a.Service, "s3") {
 		path = uriEncode(path, false)
 	}
-	q := r.URL.Query()
 	var pairs [][2]string
 	for k, vs := range q {
 		for _, v := range vs {
@@ -77,7 +92,6 @@ func verifySigV4(r *http.Request, body []byte, keyID, secret, token string) erro
 	for _, p := range pairs {
 		query = append(query, p[0]+"="+p[1])
 	}
-	payload := r.Header.Get("X-Amz-Content-Sha256")
 	if sum := sha256.Sum256(body); payload == "" {
 		payload = hex.EncodeToString(sum[:])
 	} else if !strings.HasPrefix(payload, "STREAMING-") && payload != "UNSIGNED-PAYLOAD" && payload != hex.EncodeToString(sum[:]) {
