@@ -6,7 +6,7 @@ import (
 )
 
 // TestPlaceholderFormat: a placeholder keeps the real value's known prefix,
-// length, separators and alphabet, and is otherwise random.
+// length, structural separators and alphabet, and is otherwise random.
 func TestPlaceholderFormat(t *testing.T) {
 	tests := []struct {
 		name, real, shape, prefix string
@@ -23,6 +23,7 @@ func TestPlaceholderFormat(t *testing.T) {
 		{"short gets longer", "abc", "", "", lowerChars, minRandomChars},
 		{"shape", "custom_" + strings.Repeat("q", 40), "custom_", "custom_", lowerChars, 0},
 		{"shape the value lacks", "abcdef", "pre-", "pre-", lowerChars + digitChars, 4 + minRandomChars},
+		{"dots kept", "aaaa.bbbb.cccc" + strings.Repeat("z", 30), "", "", lowerChars + ".", 0},
 		{"base64 chars replaced", strings.Repeat("ab+/", 10) + "==", "", "", lowerChars + digitChars, 42},
 	}
 	for _, tt := range tests {
@@ -54,10 +55,35 @@ func TestPlaceholderFormat(t *testing.T) {
 			rest := strings.TrimPrefix(tt.real, tt.prefix)
 			prest := strings.TrimPrefix(p, tt.prefix)
 			for i := range min(len(rest), len(prest)) {
-				if isSeparator(rest[i]) != isSeparator(prest[i]) && tt.shape == "" {
+				if structuredPrefixes[tt.prefix] && isSeparator(rest[i]) != isSeparator(prest[i]) {
 					t.Fatalf("separator moved at %d: %q vs %q", i, tt.real, p)
 				}
 			}
 		})
+	}
+}
+
+// TestPlaceholderIndependent: where '-' and '_' are letters of the secret's
+// alphabet, their places in the placeholder do not follow the real value's.
+func TestPlaceholderIndependent(t *testing.T) {
+	real := "sk-ant-api03-" + strings.Repeat("-", 40) + strings.Repeat("a", 40)
+	p, err := placeholderFor(real, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(strings.TrimPrefix(p, "sk-ant-api03-"), strings.Repeat("-", 40)) {
+		t.Fatalf("placeholder copies the secret's '-' places: %q", p)
+	}
+}
+
+// TestPlaceholderDots: '.' separates a token's parts (as in a JWT) and keeps
+// its places.
+func TestPlaceholderDots(t *testing.T) {
+	p, err := placeholderFor("eyJhbGciOiJIUzI1NiJ9.eyJyb2xlIjoiYW5vbiJ9.c2lnbmF0dXJlc2lnbmF0dXJl", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) != 66 || p[20] != '.' || p[41] != '.' || strings.Count(p, ".") != 2 {
+		t.Fatalf("dots moved: %q", p)
 	}
 }

@@ -1,8 +1,3 @@
-// Package creds keeps credentials out of the sandbox: the agent holds
-// placeholders, and cordon's gateway (outside the sandbox) swaps the real
-// secret in only on requests to the hosts a credential is bound to, and only
-// in the places the policy allows. Sources (environment, file, command, and
-// minting sources such as a GitHub App) are pluggable through [Source].
 package creds
 
 import (
