@@ -95,6 +95,8 @@ type entry struct {
 	aws       *awssig.Resigner
 	awsPH     awssig.Keys
 	awsTokens []string // placeholders to look for: key id, secret, session token
+
+	lowerTokens []string // tokens(), lower-cased, for header names
 }
 
 // Set is a run's credentials: placeholders for the sandbox, real values kept
@@ -179,6 +181,9 @@ func (s *Set) prepare(ctx context.Context, specs []Spec) error {
 				return fmt.Errorf("credential %s: %w", sp.Name, err)
 			}
 			used = append(used, e.placeholder, real.Reveal())
+		}
+		for _, t := range e.tokens() {
+			e.lowerTokens = append(e.lowerTokens, strings.ToLower(t))
 		}
 		s.entries = append(s.entries, e)
 	}
@@ -384,8 +389,9 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 	if body != nil {
 		setBody(r, body)
 	}
+	ps := places(r, body)
 	for _, e := range s.entries {
-		for _, where := range e.find(r, body) {
+		for _, where := range e.find(ps) {
 			misuse = append(misuse, e.name+" in "+where)
 		}
 	}
@@ -545,53 +551,56 @@ func setBody(r *http.Request, body []byte) {
 	}
 }
 
-// find lists the places in r (and body, when read) that still hold one of
-// e's placeholders. Basic credentials are decoded so that a placeholder
-// cannot hide in base64.
-func (e *entry) find(r *http.Request, body []byte) []string {
-	var where []string
-	has := func(s string) bool {
-		for _, t := range e.tokens() {
-			if strings.Contains(s, t) {
-				return true
-			}
-		}
-		return false
-	}
-	// Header names are case-insensitive (and canonicalised on the way in).
-	hasFold := func(lower string) bool {
-		for _, t := range e.tokens() {
-			if strings.Contains(lower, strings.ToLower(t)) {
-				return true
-			}
-		}
-		return false
-	}
+// place is a part of a request searched for placeholders; text is what it
+// holds, decoded where an encoding could hide a placeholder.
+type place struct {
+	name string
+	text []string
+}
+
+// places gathers, once per request, every part of r (and body, when read)
+// a placeholder could be sent in: the URL (as sent, and decoded), the Host,
+// each header's values with Basic credentials decoded, each header's name
+// (lower-cased: names are case-insensitive and canonicalised on the way
+// in), and the body.
+func places(r *http.Request, body []byte) []place {
 	query, _ := url.QueryUnescape(r.URL.RawQuery)
-	if has(r.URL.String()) || has(r.URL.Path) || has(query) || has(r.Host) {
-		where = append(where, "URL")
-	}
+	ps := []place{{"URL", []string{r.URL.String(), r.URL.Path, query, r.Host}}}
 	keys := make([]string, 0, len(r.Header))
 	for k := range r.Header {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
+		text := append([]string{strings.ToLower(k)}, r.Header[k]...)
 		for _, v := range r.Header[k] {
-			if has(v) || hasFold(strings.ToLower(k)) {
-				where = append(where, "header "+k)
-				break
-			}
 			if kind, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(kind, "basic") {
-				if u, p, ok := decodeBasic(cred); ok && (has(u) || has(p)) {
-					where = append(where, "header "+k)
-					break
+				if u, p, ok := decodeBasic(cred); ok {
+					text = append(text, u, p)
 				}
 			}
 		}
+		ps = append(ps, place{"header " + k, text})
 	}
-	if body != nil && has(string(body)) {
-		where = append(where, "body")
+	if body != nil {
+		ps = append(ps, place{"body", []string{string(body)}})
+	}
+	return ps
+}
+
+// find lists the places that hold one of e's placeholders.
+func (e *entry) find(ps []place) []string {
+	var where []string
+	for _, p := range ps {
+	search:
+		for _, text := range p.text {
+			for i, t := range e.tokens() {
+				if strings.Contains(text, t) || strings.Contains(text, e.lowerTokens[i]) {
+					where = append(where, p.name)
+					break search
+				}
+			}
+		}
 	}
 	return where
 }
