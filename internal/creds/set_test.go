@@ -310,6 +310,8 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no place", []Spec{{Name: "K", Source: src, Inject: Inject{Hosts: []string{"a.example.com"}}}}, "no place"},
 		{"bad scheme", []Spec{{Name: "K", Source: src, Inject: Inject{Hosts: []string{"a.example.com"}, Scheme: "digest"}}}, "unknown scheme"},
 		{"bad header", []Spec{{Name: "K", Source: src, Inject: Inject{Hosts: []string{"a.example.com"}, Header: "X K"}}}, "not a header name"},
+		{"failing command", []Spec{{Name: "C", Source: FromCommand([]string{"sh", "-c", "echo value-of-k; exit 7"}, nil, nil), Inject: ok}},
+			"credential C: credential command sh: exit status 7"},
 		{"duplicate", []Spec{{Name: "K", Source: src, Inject: ok}, {Name: "K", Source: src, Inject: ok}}, "both set K"},
 	}
 	for _, tt := range tests {

@@ -148,6 +148,12 @@ func (s *Resigner) Resign(r *http.Request) (bool, error) {
 	ours := false
 	for _, v := range r.Header.Values("Authorization") {
 		a, ok, err := ParseAuthorization(v)
+		if !ok && strings.Contains(v, s.placeholder.AccessKeyID) {
+			// SigV4a (AWS4-ECDSA-P256-SHA256) or another scheme: cordon
+			// cannot sign it with the real keys; say so rather than let the
+			// placeholder go out.
+			return false, fmt.Errorf("%w: only AWS4-HMAC-SHA256 signatures are re-signed", ErrNotResigned)
+		}
 		if ok && strings.Contains(v, s.placeholder.AccessKeyID) {
 			if err != nil {
 				return false, fmt.Errorf("%w: %w", ErrNotResigned, err)

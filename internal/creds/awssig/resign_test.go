@@ -197,6 +197,9 @@ func TestResignLeavesOthersAlone(t *testing.T) {
 		{"malformed", func(r *http.Request) {
 			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+ph.AccessKeyID+"/x, SignedHeaders=host, Signature=00")
 		}, "malformed"},
+		{"sigv4a", func(r *http.Request) {
+			r.Header.Set("Authorization", strings.Replace(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256", 1))
+		}, "only AWS4-HMAC-SHA256"},
 		{"presigned URL", func(r *http.Request) {
 			r.Header.Del("Authorization")
 			r.URL.RawQuery = "X-Amz-Credential=" + ph.AccessKeyID + "%2F20260101%2Fus-east-1%2Fs3%2Faws4_request"
