@@ -174,6 +174,9 @@ func (s *Resigner) Resign(r *http.Request) (bool, error) {
 			if strings.HasPrefix(cred, s.placeholder.AccessKeyID) {
 				return false, nil // a longer key id: someone else's
 			}
+			if strings.HasPrefix(q.Get("AWSAccessKeyId"), s.placeholder.AccessKeyID) {
+				return false, fmt.Errorf("%w: Signature Version 2 presigned URLs are not re-signed (have the client use SigV4, e.g. s3 signature_version = s3v4)", ErrNotResigned)
+			}
 			return false, fmt.Errorf("%w: the placeholder key id is in the query but not as X-Amz-Credential", ErrNotResigned)
 		}
 		if err := s.represign(r, q); err != nil {

@@ -197,6 +197,10 @@ func TestResignLeavesOthersAlone(t *testing.T) {
 		{"malformed", func(r *http.Request) {
 			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+ph.AccessKeyID+"/x, SignedHeaders=host, Signature=00")
 		}, "malformed"},
+		{"sigv2 presigned URL", func(r *http.Request) {
+			r.Header.Del("Authorization")
+			r.URL.RawQuery = "AWSAccessKeyId=" + ph.AccessKeyID + "&Signature=iAAyrZRIPu%2BmLzEeqp9VpLGEIxE%3D&Expires=1796013768"
+		}, "Signature Version 2"},
 		{"sigv4a", func(r *http.Request) {
 			r.Header.Set("Authorization", strings.Replace(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256", 1))
 		}, "only AWS4-HMAC-SHA256"},
