@@ -228,3 +228,41 @@ func (e EnvSource) String() string { return "env " + e.Var }
 
 // Format prints String for every verb, so %#v and %+v do not dump Environ.
 func (e EnvSource) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, e.String()) }
+
+// SourceFuncs adapts a pair of functions to Source, so that a minting source
+// written without this package (a GitHub App's Token and Revoke methods,
+// say) plugs in without a wrapper type:
+//
+//	creds.SourceFuncs{Token: app.Token, Revoke: app.Revoke}
+type SourceFuncs struct {
+	// Token returns the current value; it must be safe for concurrent use.
+	Token func(ctx context.Context) (string, error)
+	// Revoke, if set, is called by Close.
+	Revoke func(ctx context.Context) error
+}
+
+// Secret calls Token; an empty token is an error.
+func (f SourceFuncs) Secret(ctx context.Context) (Secret, error) {
+	if f.Token == nil {
+		return Secret{}, errors.New("credential source has no Token function")
+	}
+	t, err := f.Token(ctx)
+	if err != nil {
+		return Secret{}, err
+	}
+	if t == "" {
+		return Secret{}, errors.New("credential source gave an empty token")
+	}
+	return NewSecret(t), nil
+}
+
+// Close calls Revoke, if set.
+func (f SourceFuncs) Close(ctx context.Context) error {
+	if f.Revoke == nil {
+		return nil
+	}
+	return f.Revoke(ctx)
+}
+
+// Format prints the type only: the functions' closures may hold anything.
+func (SourceFuncs) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, "creds.SourceFuncs") }

@@ -146,3 +146,28 @@ func TestCommandSource(t *testing.T) {
 		}
 	})
 }
+
+func TestSourceFuncs(t *testing.T) {
+	ctx := context.Background()
+	revoked := 0
+	var src Source = SourceFuncs{
+		Token:  func(context.Context) (string, error) { return "ghs_minted", nil },
+		Revoke: func(context.Context) error { revoked++; return nil },
+	}
+	if s, err := src.Secret(ctx); err != nil || s.Reveal() != "ghs_minted" {
+		t.Fatalf("Secret = %q, %v", s.Reveal(), err)
+	}
+	if err := src.Close(ctx); err != nil || revoked != 1 {
+		t.Fatalf("Close = %v, revoked %d", err, revoked)
+	}
+	empty := SourceFuncs{Token: func(context.Context) (string, error) { return "", nil }}
+	if _, err := empty.Secret(ctx); err == nil {
+		t.Fatal("an empty token was accepted")
+	}
+	if err := empty.Close(ctx); err != nil {
+		t.Fatalf("Close without Revoke: %v", err)
+	}
+	if _, err := (SourceFuncs{}).Secret(ctx); err == nil {
+		t.Fatal("no Token function was accepted")
+	}
+}
