@@ -12,20 +12,30 @@ const redacted = "[redacted]"
 // "[redacted]", so that a secret logged or wrapped into an error by mistake
 // does not leave cordon's process. Only [Secret.Reveal] returns the value,
 // which makes every use of the real value easy to find in review.
+//
+// The value sits behind a pointer: fmt does not call the methods of a
+// struct's unexported fields but prints them raw, and a pointer inside a
+// struct prints as an address, so a Secret held in another type's
+// unexported field stays hidden too.
 type Secret struct {
-	v string
+	p *string
 }
 
 // NewSecret wraps a value read from a source.
-func NewSecret(value string) Secret { return Secret{v: value} }
+func NewSecret(value string) Secret { return Secret{p: &value} }
 
 // Reveal returns the real value. Call it only where the value is about to be
 // sent to the host the credential is bound to.
-func (s Secret) Reveal() string { return s.v }
+func (s Secret) Reveal() string {
+	if s.p == nil {
+		return ""
+	}
+	return *s.p
+}
 
 // Empty reports whether the secret has no value; a source that yields an
 // empty secret is an error (fail closed).
-func (s Secret) Empty() bool { return s.v == "" }
+func (s Secret) Empty() bool { return s.Reveal() == "" }
 
 // String redacts the value.
 func (Secret) String() string { return redacted }

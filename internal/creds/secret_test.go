@@ -2,9 +2,12 @@ package creds
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +50,34 @@ func TestSecretRedacts(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(s), "[redacted]") {
 		t.Errorf("fmt.Sprint(s) = %q, want [redacted]", fmt.Sprint(s))
+	}
+}
+
+// TestHoldersRedact: types that hold a real value print none of it, even
+// where fmt prints unexported fields raw (it does not call their methods).
+func TestHoldersRedact(t *testing.T) {
+	const value = "REALVALUE-from-command"
+	file := filepath.Join(t.TempDir(), "v")
+	if err := os.WriteFile(file, []byte(value), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := FromCommand([]string{"cat", file}, nil, nil)
+	if s, err := c.Secret(context.Background()); err != nil || s.Reveal() != value {
+		t.Fatalf("command: %q %v", s.Reveal(), err)
+	}
+	env := FromEnv([]string{"K=" + value}, "K")
+	holder := struct {
+		secret Secret
+		cmd    *CommandSource
+		env    EnvSource
+	}{NewSecret(value), c, *env}
+	var outs []string
+	for _, v := range []any{c, env, *env, holder, &holder, SourceFuncs{}} {
+		outs = append(outs, fmt.Sprintf("%v|%+v|%#v|%s|%x", v, v, v, v, v))
+	}
+	for _, o := range outs {
+		if strings.Contains(o, "REALVALUE") || strings.Contains(o, fmt.Sprintf("%x", "REALVALUE")) {
+			t.Errorf("printed the value: %s", o)
+		}
 	}
 }

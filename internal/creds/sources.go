@@ -30,38 +30,41 @@ func trimNewline(b []byte) []byte {
 	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
-// EnvSource reads a variable from the operator's environment (the one cordon
-// was started with, not the sandbox's, which is built from nothing).
+// EnvSource is a variable from the operator's environment (the one cordon
+// was started with, not the sandbox's, which is built from nothing). The
+// value is taken when the source is made and kept as a Secret: the source
+// does not hold the environment, which likely holds other secrets.
 type EnvSource struct {
-	// Environ is the environment to read, as os.Environ returns it.
-	Environ []string
-	// Var is the variable's name.
-	Var string
+	name  string
+	value Secret
+	err   error
 }
 
-// FromEnv returns a source for variable name in environ.
+// FromEnv returns a source for variable name in environ (as os.Environ
+// returns it). When the variable is set more than once the last setting
+// wins, as it does for os/exec.
 func FromEnv(environ []string, name string) *EnvSource {
-	return &EnvSource{Environ: environ, Var: name}
-}
-
-// Secret returns the variable's value. When the variable is set more than
-// once the last setting wins, as it does for os/exec.
-func (e *EnvSource) Secret(context.Context) (Secret, error) {
-	var v string
+	e := &EnvSource{name: name}
 	found := false
-	for _, kv := range e.Environ {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == e.Var {
+	var v string
+	for _, kv := range environ {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
 			v, found = val, true
 		}
 	}
 	switch {
 	case !found:
-		return Secret{}, fmt.Errorf("environment variable %s is not set", e.Var)
+		e.err = fmt.Errorf("environment variable %s is not set", name)
 	case v == "":
-		return Secret{}, fmt.Errorf("environment variable %s is empty", e.Var)
+		e.err = fmt.Errorf("environment variable %s is empty", name)
+	default:
+		e.value = NewSecret(v)
 	}
-	return NewSecret(v), nil
+	return e
 }
+
+// Secret returns the variable's value.
+func (e *EnvSource) Secret(context.Context) (Secret, error) { return e.value, e.err }
 
 // Close does nothing: the environment mints nothing.
 func (*EnvSource) Close(context.Context) error { return nil }
@@ -203,6 +206,16 @@ func (c *CommandSource) run(ctx context.Context) (Secret, error) {
 // Close does nothing: the command's value is not revoked by cordon.
 func (*CommandSource) Close(context.Context) error { return nil }
 
+// Format prints the command's name only: its output is the secret, and its
+// arguments may name where the secret lives.
+func (c *CommandSource) Format(f fmt.State, _ rune) {
+	name := ""
+	if len(c.Argv) > 0 {
+		name = c.Argv[0]
+	}
+	_, _ = io.WriteString(f, "command "+name)
+}
+
 // limitedBuffer keeps up to max bytes and notes that more came, so a command
 // printing without end is neither buffered whole nor blocked on a full pipe.
 type limitedBuffer struct {
@@ -222,12 +235,8 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// String names the variable; the environment it holds (which holds the
-// value, and likely other secrets) is never printed.
-func (e EnvSource) String() string { return "env " + e.Var }
-
-// Format prints String for every verb, so %#v and %+v do not dump Environ.
-func (e EnvSource) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, e.String()) }
+// String names the variable.
+func (e *EnvSource) String() string { return "env " + e.name }
 
 // SourceFuncs adapts a pair of functions to Source, so that a minting source
 // written without this package (a GitHub App's Token and Revoke methods,

@@ -26,6 +26,9 @@ import (
 // gateway), an S3 upload (the CLI's aws-chunked body with an unsigned
 // trailer) and an S3 presigned URL fetched with curl.
 func TestAWSCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the AWS CLI three times (seconds each on a busy machine)")
+	}
 	for _, tool := range []string{"aws", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)

@@ -57,6 +57,12 @@ func NewResigner(placeholder, real Keys) (*Resigner, error) {
 	return &Resigner{placeholder: placeholder, real: real, signer: v4.NewSigner(), now: time.Now}, nil
 }
 
+// Format prints the access key ids only. (fmt prints unexported fields raw,
+// without their own Format, so Resigner must redact itself.)
+func (s *Resigner) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprintf(f, "awssig.Resigner{placeholder %s, real %s}", s.placeholder.AccessKeyID, s.real.AccessKeyID)
+}
+
 // Auth is a parsed SigV4 Authorization header.
 type Auth struct {
 	AccessKeyID, Date, Region, Service string

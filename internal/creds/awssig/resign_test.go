@@ -323,3 +323,21 @@ func TestPlaceholderKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestResignerRedacts: printing a Resigner (whose key fields fmt would
+// print raw) shows no secret.
+func TestResignerRedacts(t *testing.T) {
+	rs, err := NewResigner(Keys{AccessKeyID: "AKIAPH", SecretAccessKey: "PHSECRET", SessionToken: "PHTOKEN"}, Keys{AccessKeyID: "AKIAREAL", SecretAccessKey: "REALSECRET", SessionToken: "REALTOKEN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := fmt.Sprintf("%v %+v %#v %s %x", rs, rs, rs, rs, rs) + fmt.Sprintf("%+v", struct{ r *Resigner }{rs})
+	for _, s := range []string{"SECRET", "TOKEN", hex.EncodeToString([]byte("SECRET"))} {
+		if strings.Contains(out, s) {
+			t.Fatalf("printed %s: %s", s, out)
+		}
+	}
+	if !strings.Contains(out, "AKIAREAL") {
+		t.Fatalf("the check cannot see what is printed: %s", out)
+	}
+}
