@@ -385,3 +385,28 @@ func TestModifyAWS(t *testing.T) {
 		t.Fatalf("secret key placeholder sent elsewhere: %v %v", d, err)
 	}
 }
+
+// TestModifyBasicUserColon: a value holding ':' cannot be a Basic user name
+// (it would split differently upstream); the request is refused, while the
+// same value as the password goes through.
+func TestModifyBasicUserColon(t *testing.T) {
+	set, err := Prepare(context.Background(), []Spec{{Name: "P", Source: FromEnv([]string{"P=user:colon-REAL-0123456789abcdef"}, "P"),
+		Inject: Inject{Hosts: []string{"git.example.com"}, Scheme: SchemeBasic}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := strings.TrimPrefix(set.Env()[0], "P=")
+	r := httptest.NewRequest("GET", "https://git.example.com/", nil)
+	r.SetBasicAuth(ph, "x")
+	if _, err := set.Modify(r, "git.example.com"); err == nil || strings.Contains(err.Error(), "REAL") {
+		t.Fatalf("user name with ':': err = %v", err)
+	}
+	r = httptest.NewRequest("GET", "https://git.example.com/", nil)
+	r.SetBasicAuth("x", ph)
+	if _, err := set.Modify(r, "git.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if u, p, _ := r.BasicAuth(); u != "x" || p != "user:colon-REAL-0123456789abcdef" {
+		t.Fatalf("password with ':': %q %q", u, p)
+	}
+}
