@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,44 +113,64 @@ func (a *app) closeCredentials(set *creds.Set) {
 
 // secretMasks scans the project for secret-shaped files and returns them as masks (absolute paths),
 // after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
-// exempts files; filesystem.secrets.scan: false turns the scan off.
+// exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers clean files in
+// cordon's state (which the sandbox never sees), so a large project costs a full read only once.
 func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secrets) ([]string, error) {
 	if sec.NoScan {
 		return nil, nil
 	}
-	findings, err := scan.ScanTree(ctx, project, scan.Options{Allow: sec.Allow})
+	cachePath := a.scanCachePath(project)
+	cache := scan.NewCache()
+	if f, err := os.Open(cachePath); err == nil {
+		if c, err := scan.ReadCache(f); err == nil {
+			cache = c
+		}
+		f.Close()
+	}
+	findings, err := scan.ScanTree(ctx, project, scan.Options{Allow: sec.Allow, Cache: cache})
 	if err != nil {
 		return nil, fmt.Errorf("scanning the workspace for secrets: %w", err)
+	}
+	if err := writeCache(cachePath, cache); err != nil {
+		a.warn(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
 	}
 	paths := scan.Paths(findings)
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	kinds := map[string]string{}
-	for _, f := range findings {
-		if f.Path != "" && kinds[f.Path] == "" {
-			kinds[f.Path] = f.Kind
-		}
-	}
-	const shown = 5
-	var list []string
-	for _, p := range paths[:min(len(paths), shown)] {
-		list = append(list, fmt.Sprintf("%s (%s)", p, kinds[p]))
-	}
-	if len(paths) > shown {
-		list = append(list, fmt.Sprintf("and %d more", len(paths)-shown))
-	}
-	noun := "file"
-	if len(paths) > 1 {
-		noun = "files"
-	}
-	fmt.Fprintf(a.stderr, "cordon: masked %d secret-shaped %s in the workspace: %s — to let the agent read one, add it to filesystem.secrets.allow\n",
-		len(paths), noun, strings.Join(list, ", "))
+	fmt.Fprintf(a.stderr, "cordon: %s\n", scan.Summary(findings, "filesystem.secrets.allow in the policy"))
 	masks := make([]string, len(paths))
 	for i, p := range paths {
 		masks[i] = filepath.Join(project, filepath.FromSlash(p))
 	}
 	return masks, nil
+}
+
+// scanCachePath is where the secret scan's cache for project lives: in cordon's state, one file per
+// project.
+func (a *app) scanCachePath(project string) string {
+	sum := sha256.Sum256([]byte(project))
+	return filepath.Join(a.store().Root, "scan-cache", hex.EncodeToString(sum[:12]))
+}
+
+// writeCache replaces the cache file atomically, so a crash leaves the old cache or the new one.
+func writeCache(path string, c *scan.Cache) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // warnSecretValues warns about secret-shaped values that the policy passes into the sandbox's
