@@ -1,8 +1,10 @@
 package creds
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,15 +14,17 @@ import (
 // FuzzModify attacks placeholder substitution: whatever the host, headers,
 // Authorization values (Basic encoded or not) and query, a real value ends
 // up in the request only on its bound host and only in its allowed place,
-// never in audit details; and a placeholder sent to an unbound host is
-// always reported. In the inputs "{API}", "{GH}" and "{GIT}" stand for the
-// placeholders, so the fuzzer can place them.
+// never in audit details; the body's Content-Length follows substitution;
+// and a placeholder sent to an unbound host is always reported. In the
+// inputs "{API}", "{GH}", "{GIT}" and "{BODY}" stand for the placeholders,
+// so the fuzzer can place them.
 func FuzzModify(f *testing.F) {
-	env := []string{"API=" + realAPI, "GIT=" + realGit, "GH=" + realWild}
+	env := []string{"API=" + realAPI, "GIT=" + realGit, "GH=" + realWild, "BODY=" + realBody}
 	set, err := Prepare(context.Background(), []Spec{
 		{Name: "API", Source: FromEnv(env, "API"), Inject: Inject{Hosts: []string{"api.example.com"}, Header: "x-api-key"}},
 		{Name: "GH", Source: FromEnv(env, "GH"), Inject: Inject{Hosts: []string{"*.gh.example.com"}, Scheme: SchemeBearer}},
 		{Name: "GIT", Source: FromEnv(env, "GIT"), Inject: Inject{Hosts: []string{"git.example.com"}, Scheme: SchemeBasic}},
+		{Name: "BODY", Source: FromEnv(env, "BODY"), Inject: Inject{Hosts: []string{"api.example.com", "git.example.com"}, Body: true}},
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -31,18 +35,20 @@ func FuzzModify(f *testing.F) {
 		ph[k] = v
 	}
 	expand := func(s string) string {
-		return strings.NewReplacer("{API}", ph["API"], "{GH}", ph["GH"], "{GIT}", ph["GIT"]).Replace(s)
+		return strings.NewReplacer("{API}", ph["API"], "{GH}", ph["GH"], "{GIT}", ph["GIT"], "{BODY}", ph["BODY"]).Replace(s)
 	}
-	reals := map[string]string{"API": realAPI, "GH": realWild, "GIT": realGit}
+	reals := map[string]string{"API": realAPI, "GH": realWild, "GIT": realGit, "BODY": realBody}
 	bound := map[string]func(host string) bool{
-		"API": func(h string) bool { return h == "api.example.com" },
-		"GH":  func(h string) bool { return strings.HasSuffix(h, ".gh.example.com") },
-		"GIT": func(h string) bool { return h == "git.example.com" },
+		"API":  func(h string) bool { return h == "api.example.com" },
+		"GH":   func(h string) bool { return strings.HasSuffix(h, ".gh.example.com") },
+		"GIT":  func(h string) bool { return h == "git.example.com" },
+		"BODY": func(h string) bool { return h == "api.example.com" || h == "git.example.com" },
 	}
-	f.Fuzz(func(t *testing.T, host, apiKey, auth, basicUser, basicPass, query string) {
-		apiKey, auth, basicUser, basicPass, query = expand(apiKey), expand(auth), expand(basicUser), expand(basicPass), expand(query)
-		input := host + apiKey + auth + basicUser + basicPass + query
-		r := &http.Request{Method: "GET", URL: &url.URL{Path: "/", RawQuery: query}, Host: host, Header: http.Header{}}
+	f.Fuzz(func(t *testing.T, host, apiKey, auth, basicUser, basicPass, query, body string) {
+		apiKey, auth, basicUser, basicPass, query, body = expand(apiKey), expand(auth), expand(basicUser), expand(basicPass), expand(query), expand(body)
+		input := host + apiKey + auth + basicUser + basicPass + query + body
+		r := &http.Request{Method: "POST", URL: &url.URL{Path: "/", RawQuery: query}, Host: host, Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
 		if apiKey != "" {
 			r.Header.Set("X-Api-Key", apiKey)
 		}
@@ -79,6 +85,17 @@ func FuzzModify(f *testing.F) {
 			}
 			if strings.Contains(r.URL.String(), real) {
 				t.Fatalf("%s's value put into the URL", name)
+			}
+			sent, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(sent))
+			if strings.Contains(string(sent), real) && (name != "BODY" || !bound[name](norm)) {
+				t.Fatalf("%s's value sent to %q in the body", name, host)
+			}
+			if r.ContentLength != int64(len(sent)) {
+				t.Fatalf("Content-Length %d for a body of %d bytes", r.ContentLength, len(sent))
 			}
 		}
 		// A placeholder in a header sent to a host no credential is bound to

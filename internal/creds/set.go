@@ -56,7 +56,9 @@ const (
 // be given (AWS credentials take none: they are re-signed).
 type Inject struct {
 	// Hosts are exact host names or "*.example.com" (any subdomain of
-	// example.com, not example.com itself).
+	// example.com, not example.com itself). A wildcard hands the value to
+	// every subdomain: use one only where the credential's issuer controls
+	// them all (not under a domain where anyone may own a subdomain).
 	Hosts []string
 	// Header is a request header whose values may hold the placeholder.
 	Header string

@@ -87,6 +87,10 @@ func (e EnvKeys) Keys(context.Context) (Keys, error) {
 	return k, nil
 }
 
+// Format does not print Environ, which holds the keys (and likely other
+// secrets).
+func (EnvKeys) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("AWS keys from the environment")) }
+
 // ProfileKeys reads a profile's static keys from an AWS shared credentials
 // file (~/.aws/credentials: sections named after profiles, keys
 // aws_access_key_id, aws_secret_access_key, aws_session_token). Profiles that

@@ -2,6 +2,7 @@ package awssig
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,10 @@ func TestEnvKeys(t *testing.T) {
 	k, err := EnvKeys{Environ: []string{"AWS_ACCESS_KEY_ID=AKIAENV", "AWS_SECRET_ACCESS_KEY=envsecret", "AWS_SESSION_TOKEN=envtoken"}}.Keys(ctx)
 	if err != nil || k.AccessKeyID != "AKIAENV" || k.SecretAccessKey != "envsecret" || k.SessionToken != "envtoken" {
 		t.Fatalf("= %#v, %v", k, err)
+	}
+	src := EnvKeys{Environ: []string{"AWS_ACCESS_KEY_ID=AKIAENV", "AWS_SECRET_ACCESS_KEY=envsecret"}}
+	if out := fmt.Sprintf("%v %+v %#v", src, src, struct{ S any }{src}); strings.Contains(out, "envsecret") {
+		t.Fatalf("printed the environment: %s", out)
 	}
 	if _, err := (EnvKeys{Environ: []string{"AWS_ACCESS_KEY_ID=AKIAENV"}}).Keys(ctx); err == nil || !strings.Contains(err.Error(), "no secret access key") {
 		t.Fatalf("missing secret: %v", err)
