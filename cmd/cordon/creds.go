@@ -68,8 +68,9 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 }
 
 // githubApp makes the source of a GitHub App installation token, scoped to the policy's repositories
-// and permissions.
-func (a *app) githubApp(g *policy.GitHubApp) (*githubSource, error) {
+// and permissions: each use gets the current token (refreshed before it expires), and closing the
+// source revokes every token it minted.
+func (a *app) githubApp(g *policy.GitHubApp) (creds.Source, error) {
 	key, err := os.ReadFile(g.PrivateKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("GitHub App private key: %w", err)
@@ -81,22 +82,8 @@ func (a *app) githubApp(g *policy.GitHubApp) (*githubSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &githubSource{src}, nil
+	return creds.SourceFuncs{Token: src.Token, Revoke: src.Revoke}, nil
 }
-
-// githubSource adapts a GitHub App's installation tokens to a credential source: each use gets the
-// current token (refreshed before it expires), and closing revokes it.
-type githubSource struct{ src *githubapp.Source }
-
-func (g *githubSource) Secret(ctx context.Context) (creds.Secret, error) {
-	tok, err := g.src.Token(ctx)
-	if err != nil {
-		return creds.Secret{}, err
-	}
-	return creds.NewSecret(tok), nil
-}
-
-func (g *githubSource) Close(ctx context.Context) error { return g.src.Revoke(ctx) }
 
 // closeCredentials revokes what the run's credentials minted, on every way out of a run that
 // prepared them.
