@@ -301,7 +301,7 @@ credentials:
     from:
       githubApp: {appId: %d, privateKeyFile: %q, installationId: %d, apiURL: %q,
                   repositories: [%s], permissions: {contents: write}}
-    inject: {host: github.test, scheme: basic}
+    inject: {host: github.test, scheme: bearer}   # git sends it as basic auth
 `, port, caFile, paths, app.ID, keyFile, app.InstallationID, app.URL(), repos)
 		}
 		push := fmt.Sprintf(`export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@a GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@a GIT_TERMINAL_PROMPT=0

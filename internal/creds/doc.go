@@ -30,7 +30,8 @@
 // On a request to a host matching one of its Inject.Hosts ("name" exactly,
 // or "*.name" for any subdomain of name), a credential's placeholder is
 // replaced in: the named header (Inject.Header, anywhere in its values);
-// for SchemeBearer, "Authorization: Bearer X" or "token X"; for SchemeBasic,
+// for SchemeBearer, "Authorization: Bearer X" or "token X", and the Basic
+// form below (git over HTTPS sends a token that way); for SchemeBasic,
 // the user name or password inside "Authorization: Basic base64(user:pass)"
 // (decoded, replaced, encoded again; the form git uses over HTTPS); and, if
 // Inject.Body, the body up to MaxBodyBytes unless content-encoded.

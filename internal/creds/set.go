@@ -43,7 +43,9 @@ const (
 // Schemes for Inject.Scheme.
 const (
 	// SchemeBearer allows the placeholder as the token of
-	// "Authorization: Bearer TOKEN" (or "token TOKEN", GitHub's form).
+	// "Authorization: Bearer TOKEN" (or "token TOKEN", GitHub's form), and in
+	// the Basic form too: git over HTTPS sends the same token as a Basic
+	// password (or user name), and forges accept it there.
 	SchemeBearer = "bearer"
 	// SchemeBasic allows the placeholder as the user name or password of
 	// "Authorization: Basic base64(user:password)", which git over HTTPS
@@ -485,7 +487,7 @@ func replaceAuthorization(v, scheme, placeholder string, get func() (string, err
 		}
 		return kind + " " + strings.ReplaceAll(cred, placeholder, val), true, nil
 	case "basic":
-		if scheme != SchemeBasic {
+		if scheme != SchemeBasic && scheme != SchemeBearer {
 			return v, false, nil
 		}
 		user, pass, ok := decodeBasic(cred)

@@ -78,8 +78,10 @@ func TestModify(t *testing.T) {
 		req      req
 		want     map[string]string // header -> exact value after Modify
 		wantBody string
-		injected string
-		misuse   string // substring of the misuse detail; "" means none
+		// wantBasicPass is a prefix of the Basic password after Modify (for the rotating token).
+		wantBasicPass string
+		injected      string
+		misuse        string // substring of the misuse detail; "" means none
 	}{
 		{name: "named header", host: "api.example.com",
 			req:  req{url: "/v1/messages", header: map[string]string{"X-Api-Key": ph["API"]}},
@@ -105,9 +107,12 @@ func TestModify(t *testing.T) {
 		{name: "token form, second host", host: "api.github.example.com",
 			req:  req{url: "/", header: map[string]string{"Authorization": "token " + ph["GH"]}},
 			want: map[string]string{"Authorization": "token ghs_REALrotating"}, injected: "GH"},
-		{name: "bearer scheme does not allow basic", host: "github.example.com",
-			req:  req{url: "/", header: map[string]string{"Authorization": basic("x", ph["GH"])}},
-			want: map[string]string{"Authorization": basic("x", ph["GH"])}, misuse: "GH in header Authorization"},
+		{name: "bearer scheme takes git's basic form too", host: "github.example.com",
+			req:           req{url: "/", header: map[string]string{"Authorization": basic("x-access-token", ph["GH"])}},
+			wantBasicPass: "ghs_REALrotating", injected: "GH"},
+		{name: "bearer basic form to the wrong host", host: "api.example.com",
+			req:  req{url: "/", header: map[string]string{"Authorization": basic("x-access-token", ph["GH"])}},
+			want: map[string]string{"Authorization": basic("x-access-token", ph["GH"])}, misuse: "GH in header Authorization"},
 		{name: "bearer sent to the wrong host", host: "api.example.com",
 			req:  req{url: "/", header: map[string]string{"Authorization": "Bearer " + ph["GH"]}},
 			want: map[string]string{"Authorization": "Bearer " + ph["GH"]}, misuse: "GH in header Authorization"},
@@ -176,6 +181,11 @@ func TestModify(t *testing.T) {
 				}
 				if got != v {
 					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if tt.wantBasicPass != "" {
+				if _, pass, ok := r.BasicAuth(); !ok || !strings.HasPrefix(pass, tt.wantBasicPass) {
+					t.Errorf("Basic password = %q, want prefix %q", pass, tt.wantBasicPass)
 				}
 			}
 			if tt.wantBody != "" {
