@@ -124,7 +124,13 @@ func (a *app) cmdRun(args []string) int {
 		}
 		return err
 	}
+	// The run's record is made durable while the sandbox starts, not before (see CreateLazy).
+	synced := make(chan error, 1)
+	go func() { synced <- run.Sync() }()
 	code, started := a.runSpec(spec, run, backend, launched, streams, serveEgress)
+	if err := <-synced; err != nil {
+		a.warn(fmt.Sprintf("recording the run: %v", err))
+	}
 	if gw != nil {
 		sum, err := gw.Close()
 		if err != nil {
@@ -163,7 +169,7 @@ func (a *app) createRun(meta runstate.Meta) (*runstate.Run, error) {
 	if meta.PID, meta.PIDStart, err = runstate.Self(); err != nil {
 		return nil, err
 	}
-	return a.store().Create(meta)
+	return a.store().CreateLazy(meta)
 }
 
 // notice prints the workspace's one-line note (a copy instead of an overlay, no disk limit), if any.
@@ -344,7 +350,7 @@ func (a *app) identity() sandbox.User {
 
 // buildSpec turns the policy into the sandbox's declarative spec.
 func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User) (*sandbox.Spec, error) {
-	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk)})
+	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk), Lazy: true})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}

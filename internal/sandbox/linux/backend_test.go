@@ -104,3 +104,50 @@ func asExec(err error, target **sandbox.ExecError) bool {
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
+
+// TestEtcReadOnly attacks the host files bound into /etc: /etc is sealed with one recursive
+// mount_setattr, so every bind under it must come out read-only, nosuid and nodev. The same write
+// into /tmp succeeds, so a failing write is the mount's doing.
+func TestEtcReadOnly(t *testing.T) {
+	if _, err := os.Stat("/etc/shells"); err != nil {
+		t.Skip("host has no /etc/shells")
+	}
+	script := `
+for f in /etc/shells /etc/ld.so.cache /etc/hosts; do
+  if (echo x >> "$f") 2>/dev/null; then echo "WROTE $f"; fi
+done
+if (echo x >> /tmp/control) 2>/dev/null; then echo "CONTROL ok"; fi
+while read -r id parent dev root mnt opts rest; do
+  case "$mnt" in
+  /etc|/etc/*) echo "MOUNT $mnt $opts" ;;
+  esac
+done < /proc/self/mountinfo
+`
+	out, st, err := startSpec(t, testSpec(t, "sh", "-c", script))
+	if err != nil || st.Code != 0 {
+		t.Fatalf("exit %d, %v: %s", st.Code, err, out)
+	}
+	if strings.Contains(out, "WROTE") {
+		t.Errorf("a file in /etc was writable:\n%s", out)
+	}
+	if !strings.Contains(out, "CONTROL ok") {
+		t.Fatalf("the control write to /tmp failed, so the test proves nothing:\n%s", out)
+	}
+	mounts := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "MOUNT" {
+			continue
+		}
+		mounts++
+		opts := "," + f[2] + ","
+		for _, want := range []string{",ro,", ",nosuid,", ",nodev,"} {
+			if !strings.Contains(opts, want) {
+				t.Errorf("%s is mounted %s, lacking %s", f[1], f[2], strings.Trim(want, ","))
+			}
+		}
+	}
+	if mounts < 2 {
+		t.Fatalf("found %d mounts under /etc, want the tmpfs and host binds:\n%s", mounts, out)
+	}
+}

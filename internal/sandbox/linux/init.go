@@ -42,15 +42,17 @@ func InitMain() int {
 		statusw.Write(b)
 	}
 
+	// Catch signals before the command exists, so that none sent during setup is lost; they are
+	// forwarded once it runs. This is done before the config arrives: the first Notify starts the
+	// runtime's signal-handling thread, which costs milliseconds on a busy machine and can happen
+	// while cordon is still preparing the run.
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs)
 	var cfg initConfig
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
 		return 125
 	}
-	// Catch signals before the command exists, so that none sent during setup is lost; they are
-	// forwarded once it runs.
-	sigs := make(chan os.Signal, 32)
-	signal.Notify(sigs)
 	pid, warnings, err := setup(&cfg)
 	if err != nil {
 		var se *sandbox.SetupError

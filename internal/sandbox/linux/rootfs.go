@@ -125,6 +125,22 @@ func bindSystemDirs() error {
 // bindMount binds src over dst (created as needed: a directory or an empty file, like src), recursively,
 // and applies read-only (unless writable), nosuid and nodev to the whole subtree at once.
 func bindMount(src, dst string, writable bool) error {
+	if err := bind(src, dst); err != nil {
+		return err
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	return nil
+}
+
+// bind binds src over dst (created as needed: a directory or an empty file, like src), recursively,
+// with the source's own mount attributes; the caller applies the sandbox's.
+func bind(src, dst string) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return err
@@ -134,13 +150,6 @@ func bindMount(src, dst string, writable bool) error {
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if !writable {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
-		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
 	}
 	return nil
 }
@@ -179,13 +188,19 @@ func buildEtc(entries []etcEntry) error {
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
 		default:
-			err = bindMount(host(filepath.Join("/etc", e.Name)), dst, false)
+			err = bind(host(filepath.Join("/etc", e.Name)), dst)
 		}
 		if err != nil {
 			return fmt.Errorf("/etc/%s: %w", e.Name, err)
 		}
 	}
-	return unix.Mount("", etc, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	// One call seals the tmpfs and every bind beneath it (some forty mounts): read-only, nosuid,
+	// nodev, as bindMount would have made each of them one by one.
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(-1, etc, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr /etc: %w", err)
+	}
+	return nil
 }
 
 func mountProc() error {
