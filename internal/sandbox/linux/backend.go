@@ -88,7 +88,7 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 		exe = "/proc/self/exe"
 	}
 	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY,
-		s: &running{done: make(chan struct{}), warn: b.warn}}
+		s: &running{done: make(chan struct{}), exited: make(chan struct{}), warn: b.warn}}
 	if err := l.clone(opts); err != nil {
 		return nil, err
 	}
@@ -141,11 +141,12 @@ func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 		return fail(err)
 	}
 	l.finished = true
-	defer l.statR.Close()
 	if err := l.s.start(&cfg, l.cfgW, l.statR); err != nil {
+		l.statR.Close()
 		l.s.cleanup()
 		return nil, err
 	}
+	go l.s.awaitExit(l.statR)
 	return l.s, nil
 }
 
@@ -229,7 +230,12 @@ type running struct {
 
 	mu       sync.Mutex
 	timedOut bool
-	done     chan struct{}
+	done     chan struct{} // closed when init has been reaped
+	// exited is closed when init reported the command's end (code), with every other process of the
+	// sandbox already gone; init itself is then exiting, and the kernel tearing down the namespaces
+	// (unmounting the tree, the overlay's sync) takes milliseconds that nobody needs to wait for.
+	exited chan struct{}
+	code   int
 }
 
 func (l *Launched) clone(opts LaunchOptions) error {
@@ -399,6 +405,28 @@ func (s *running) wait() {
 	close(s.done)
 }
 
+// awaitExit reads init's last message, which says how the command ended, and closes f. If init dies
+// without sending it (killed, timed out), exited is never closed and Wait goes by init's own status.
+func (s *running) awaitExit(f *os.File) {
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		var st status
+		if json.Unmarshal(buf[:n], &st) == nil && st.Exited {
+			s.code = st.Code
+			close(s.exited)
+			return
+		}
+	}
+}
+
 func (s *running) cleanup() {
 	if s.cgroup != nil {
 		s.cgroup.Destroy()
@@ -408,21 +436,39 @@ func (s *running) cleanup() {
 	}
 }
 
-// Wait implements sandbox.Sandbox.
+// Wait implements sandbox.Sandbox. It returns as soon as init reports the command's end, when every
+// other process of the sandbox is already gone, without waiting for the kernel to finish tearing
+// init and its namespaces down (init is reaped in the background). With a cgroup it does wait:
+// the cgroup can only be removed once init has left it.
 func (s *running) Wait() (sandbox.ExitStatus, error) {
-	<-s.done
+	select {
+	case <-s.done:
+	case <-s.exited:
+		if s.cgroup != nil {
+			<-s.done
+		}
+	}
 	defer s.cleanup()
 	var st sandbox.ExitStatus
-	ws, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Exited():
-		st.Code = ws.ExitStatus()
+	select {
+	case <-s.exited:
+		// The command's own status, even if init was killed after reporting it.
+		st.Code = s.code
 		if st.Code > 128 && st.Code < 128+65 {
 			st.Signal = syscall.Signal(st.Code - 128)
 		}
-	case ws.Signaled():
-		st.Code = 128 + int(ws.Signal())
-		st.Signal = ws.Signal()
+	default:
+		ws, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Exited():
+			st.Code = ws.ExitStatus()
+			if st.Code > 128 && st.Code < 128+65 {
+				st.Signal = syscall.Signal(st.Code - 128)
+			}
+		case ws.Signaled():
+			st.Code = 128 + int(ws.Signal())
+			st.Signal = ws.Signal()
+		}
 	}
 	s.mu.Lock()
 	st.TimedOut = s.timedOut

@@ -2,8 +2,10 @@ package linux
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +152,59 @@ done < /proc/self/mountinfo
 	if mounts < 2 {
 		t.Fatalf("found %d mounts under /etc, want the tmpfs and host binds:\n%s", mounts, out)
 	}
+}
+
+// TestWaitLeavesNothingRunning: Wait returns with the command's status as soon as init reports it,
+// before the kernel has finished tearing init down, so it must not return while any other process
+// of the sandbox still exists. A background process that outlives the command is found on the host
+// while the command runs (the control) and is gone, not even a zombie, when Wait returns.
+func TestWaitLeavesNothingRunning(t *testing.T) {
+	ws := t.TempDir()
+	marker := fmt.Sprintf("%d.%03d", 5000+os.Getpid()%1000, time.Now().Nanosecond()%1000)
+	// The script is a file, so that only the sleep itself carries the marker in its command line.
+	script := "sleep " + marker + " & sleep 0.3; exit 3\n"
+	if err := os.WriteFile(filepath.Join(ws, "run.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpecIn(ws, "sh", filepath.Join(ws, "run.sh"))
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+	sb, err := (&Backend{}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid string
+	for deadline := time.Now().Add(5 * time.Second); pid == ""; time.Sleep(5 * time.Millisecond) {
+		pid = findSleep(t, marker)
+		if pid == "" && time.Now().After(deadline) {
+			t.Fatalf("the background sleep %s never showed on the host, so this test cannot check it is gone", marker)
+		}
+	}
+	st, err := sb.Wait()
+	if err != nil || st.Code != 3 {
+		t.Fatalf("Wait = %+v, %v; want code 3", st, err)
+	}
+	if b, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+		t.Fatalf("after Wait, the sandbox's background process %s is still there: %s", pid, b)
+	}
+}
+
+// findSleep returns the host pid of the process whose command line is "sleep arg", or "".
+func findSleep(t *testing.T, arg string) string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			return e.Name()
+		}
+	}
+	return ""
 }

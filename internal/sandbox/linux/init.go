@@ -72,8 +72,9 @@ func InitMain() int {
 		return 125
 	}
 	report(status{Started: true, Warnings: warnings})
-	statusw.Close()
-	return supervise(pid, sigs)
+	code := supervise(pid, sigs)
+	report(status{Exited: true, Code: code})
+	return code
 }
 
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
@@ -168,7 +169,9 @@ func setup(cfg *initConfig) (int, []string, error) {
 }
 
 // supervise is pid 1's job once the command runs: forward signals to it, reap every orphan that the
-// pid namespace hands us, and when the command exits, end the whole sandbox with its status.
+// pid namespace hands us, and when the command exits, end the whole sandbox with its status. It
+// returns only when no other process of the sandbox is left: all were killed and reaped, so none can
+// still be writing into the workspace.
 //
 // It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
 // LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
@@ -194,12 +197,28 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 				}
 				// The command is gone: nothing else in the sandbox outlives it.
 				unix.Kill(-1, unix.SIGKILL)
+				reapAll()
 				return code
 			}
 		}
 		sig := <-sigs
 		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
 			unix.Kill(pid, s)
+		}
+	}
+}
+
+// reapAll waits for every remaining child of init; in the sandbox's pid namespace every orphan is
+// init's child, so when none is left, no process of the sandbox is.
+func reapAll() {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return // ECHILD: nothing left
 		}
 	}
 }
