@@ -1,13 +1,13 @@
 package linux
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -99,7 +99,7 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 // gateway creates its listening sockets in it and installs its nftables rules there before Start, so
 // that the command never runs a moment without them.
 func (l *Launched) NetNS() string {
-	return fmt.Sprintf("/proc/%d/ns/net", l.s.cmd.Process.Pid)
+	return fmt.Sprintf("/proc/%d/ns/net", l.s.pid)
 }
 
 // Abort ends a launched init that will not be started.
@@ -219,7 +219,13 @@ func validate(spec *sandbox.Spec) error {
 
 // running is a started sandbox.
 type running struct {
-	cmd         *exec.Cmd
+	// pid is init's host pid. pidfd refers to init until it is reaped, when it is closed (-1); pidMu
+	// orders the two, so that a signal can never reach another process that reused the pid or a file
+	// that reused the descriptor.
+	pid         int
+	pidMu       sync.Mutex
+	pidfd       int
+	waitStatus  unix.WaitStatus
 	terminal    *os.File
 	egress      []*os.File
 	egressRoles []string
@@ -254,9 +260,10 @@ func (l *Launched) clone(opts LaunchOptions) error {
 	statR, statW := os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status")
 	defer statW.Close()
 	stdin, stdout, stderr := opts.Stdin, opts.Stdout, opts.Stderr
-	if opts.TTY {
+	if opts.TTY || stdin == nil || stdout == nil || stderr == nil {
 		// The caller's terminal never enters the sandbox: init's own streams are /dev/null and the
-		// command gets a pseudo-terminal of the sandbox's own devpts.
+		// command gets a pseudo-terminal of the sandbox's own devpts. A stream not given is
+		// /dev/null too.
 		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
 			cfgW.Close()
@@ -264,19 +271,22 @@ func (l *Launched) clone(opts LaunchOptions) error {
 			return &sandbox.SetupError{Step: "opening /dev/null", Err: err}
 		}
 		defer devnull.Close()
-		stdin, stdout, stderr = devnull, devnull, devnull
+		if opts.TTY {
+			stdin, stdout, stderr = devnull, devnull, devnull
+		}
+		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
 	hostUID, hostGID := os.Getuid(), os.Getgid()
-	cmd := &exec.Cmd{
-		Path:       l.exe,
-		Args:       []string{InitArg0},
-		Env:        []string{},
-		Stdin:      stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, statW},
-		SysProcAttr: &syscall.SysProcAttr{
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		// The runtime is told to use one processor: init's work is one sequence on one locked
+		// thread, and with more the runtime spins up idle threads that compete for the CPU with
+		// cordon's own preparation of the run. Setting it also spares the runtime from reading the
+		// cgroup's CPU limit at start. Init's environment is its own: the command gets spec.Env.
+		Env:   []string{"GOMAXPROCS=1"},
+		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()},
+		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.UID, HostID: hostUID, Size: 1}},
@@ -287,14 +297,19 @@ func (l *Launched) clone(opts LaunchOptions) error {
 			// of the sandbox's pid namespace dies with it.
 			Pdeathsig: syscall.SIGKILL,
 			Setsid:    true,
+			PidFD:     &pidfd,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	// syscall.ForkExec rather than os/exec: os.StartProcess first probes whether pidfds work by
+	// starting and reaping a throwaway process, on the path that starts the sandbox. Cordon needs a
+	// kernel with pidfds anyway (close_range, mount_setattr are newer).
+	pid, err := syscall.ForkExec(l.exe, []string{InitArg0}, attr)
+	if err != nil {
 		cfgW.Close()
 		statR.Close()
 		return &sandbox.SetupError{Step: "creating the namespaces", Err: fmt.Errorf("%w (does this kernel allow user namespaces? see `cordon doctor`)", err)}
 	}
-	l.s.cmd = cmd
+	l.s.pid, l.s.pidfd = pid, pidfd
 	l.cfgW, l.statR = cfgW, statR
 	go l.s.wait()
 	return nil
@@ -303,9 +318,8 @@ func (l *Launched) clone(opts LaunchOptions) error {
 // start places init in the run's cgroup, sends it the config and waits for its verdict.
 func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 	spec := &cfg.Spec
-	cmd := s.cmd
 	if s.cgroup != nil {
-		if err := s.cgroup.Add(cmd.Process.Pid); err != nil {
+		if err := s.cgroup.Add(s.pid); err != nil {
 			s.Kill()
 			<-s.done
 			return &sandbox.SetupError{Step: "joining the run's cgroup", Err: err}
@@ -324,7 +338,7 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 	case err != nil:
 		s.Kill()
 		<-s.done
-		return &sandbox.SetupError{Step: "starting init", Err: fmt.Errorf("init ended before reporting: %s", s.cmd.ProcessState)}
+		return &sandbox.SetupError{Step: "starting init", Err: fmt.Errorf("init ended before reporting: %s", describe(s.waitStatus))}
 	case st.Error != "":
 		<-s.done
 		return &sandbox.SetupError{Step: st.Step, Err: errors.New(st.Error)}
@@ -400,9 +414,30 @@ func (s *running) readStatus(f *os.File) (status, error) {
 	}
 }
 
+// wait reaps init. Only this goroutine waits for init's pid, so the pid stays init's until then.
 func (s *running) wait() {
-	s.cmd.Wait()
+	for {
+		_, err := unix.Wait4(s.pid, &s.waitStatus, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	s.pidMu.Lock()
+	unix.Close(s.pidfd)
+	s.pidfd = -1
+	s.pidMu.Unlock()
 	close(s.done)
+}
+
+// describe says how init ended, for error messages.
+func describe(ws unix.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Sprintf("signal: %v", ws.Signal())
+	}
+	return fmt.Sprintf("wait status %#x", uint32(ws))
 }
 
 // awaitExit reads init's last message, which says how the command ended, and closes f. If init dies
@@ -458,7 +493,7 @@ func (s *running) Wait() (sandbox.ExitStatus, error) {
 			st.Signal = syscall.Signal(st.Code - 128)
 		}
 	default:
-		ws, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws := s.waitStatus
 		switch {
 		case ws.Exited():
 			st.Code = ws.ExitStatus()
@@ -477,12 +512,33 @@ func (s *running) Wait() (sandbox.ExitStatus, error) {
 }
 
 // Signal implements sandbox.Sandbox: init forwards it to the command.
-func (s *running) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+func (s *running) Signal(sig os.Signal) error {
+	ss, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("linux: unsupported signal %v", sig)
+	}
+	return s.signal(ss)
+}
+
+// signal sends sig to init through its pidfd, never by pid: once init is reaped the pid may belong
+// to another process.
+func (s *running) signal(sig syscall.Signal) error {
+	s.pidMu.Lock()
+	defer s.pidMu.Unlock()
+	if s.pidfd < 0 {
+		return os.ErrProcessDone
+	}
+	err := unix.PidfdSendSignal(s.pidfd, sig, nil, 0)
+	if err == unix.ESRCH {
+		return os.ErrProcessDone
+	}
+	return err
+}
 
 // Kill implements sandbox.Sandbox. Killing pid 1 of the sandbox's pid namespace kills every process
 // in it; the cgroup, when there is one, catches anything that got out of the namespace's reach.
 func (s *running) Kill() error {
-	err := s.cmd.Process.Kill()
+	err := s.signal(syscall.SIGKILL)
 	if s.cgroup != nil {
 		s.cgroup.Kill()
 	}
@@ -496,4 +552,4 @@ func (s *running) EgressSockets() ([]*os.File, []string) { return s.egress, s.eg
 func (s *running) Terminal() *os.File { return s.terminal }
 
 // Pid implements sandbox.Sandbox.
-func (s *running) Pid() int { return s.cmd.Process.Pid }
+func (s *running) Pid() int { return s.pid }
