@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
@@ -207,4 +210,70 @@ func findSleep(t *testing.T, arg string) string {
 		}
 	}
 	return ""
+}
+
+// TestSignalsReachCommand: init forwards the signals it catches to the command, and one it does not
+// catch (SIGURG, the runtime's own) neither reaches the command nor ends the sandbox.
+func TestSignalsReachCommand(t *testing.T) {
+	ws := t.TempDir()
+	script := `trap 'echo got-URG' URG; trap 'echo got-USR1' USR1; trap 'echo got-HUP' HUP; trap 'echo got-TERM; exit 9' TERM
+echo ready > ready
+while :; do sleep 0.02; done
+`
+	if err := os.WriteFile(filepath.Join(ws, "run.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	spec := testSpecIn(ws, "sh", filepath.Join(ws, "run.sh"))
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, out, out
+	sb, err := (&Backend{}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(ws, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			sb.Kill()
+			t.Fatal("the command never got ready")
+		}
+	}
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if b, _ := os.ReadFile(out.Name()); strings.Contains(string(b), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(out.Name())
+				sb.Kill()
+				t.Fatalf("%q never came: %q", want, b)
+			}
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGURG, syscall.SIGUSR1, syscall.SIGHUP} {
+		if err := sb.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if sig != syscall.SIGURG {
+			waitFor("got-" + strings.TrimPrefix(unix.SignalName(sig), "SIG"))
+		}
+	}
+	if err := sb.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.Wait()
+	if err != nil || st.Code != 9 {
+		b, _ := os.ReadFile(out.Name())
+		t.Fatalf("Wait = %+v, %v; want 9 from the TERM trap; output %q", st, err, b)
+	}
+	if b, _ := os.ReadFile(out.Name()); strings.Contains(string(b), "got-URG") {
+		t.Errorf("SIGURG, which init does not catch, reached the command: %q", b)
+	}
 }
