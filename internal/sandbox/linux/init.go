@@ -47,12 +47,21 @@ func InitMain() int {
 	// arrives, while cordon is still preparing the run.
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, forwardedSignals...)
+	// Likewise the default seccomp filter is compiled while cordon prepares the run.
+	filter, filterErr := seccomp.Compile(seccomp.Options{})
 	var cfg initConfig
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
 		return 125
 	}
-	pid, warnings, err := setup(&cfg)
+	if cfg.Spec.AllowNesting {
+		filter, filterErr = seccomp.Compile(seccomp.Options{AllowNesting: true})
+	}
+	if filterErr != nil {
+		report(status{Step: "compiling the seccomp filter", Error: filterErr.Error()})
+		return 125
+	}
+	pid, warnings, err := setup(&cfg, filter)
 	if err != nil {
 		var se *sandbox.SetupError
 		var ee *sandbox.ExecError
@@ -79,7 +88,7 @@ func InitMain() int {
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
 // privilege over the new namespaces happens first, then privileges are dropped for good, then the
 // kernel's own guards (Landlock, seccomp) are stacked, and only then is the command executed.
-func setup(cfg *initConfig) (int, []string, error) {
+func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	spec := &cfg.Spec
 	var warnings []string
 	step := func(name string, err error) error {
@@ -144,7 +153,7 @@ func setup(cfg *initConfig) (int, []string, error) {
 	if w != "" {
 		warnings = append(warnings, w)
 	}
-	if err := step("installing the seccomp filter", seccomp.Install(seccomp.Options{AllowNesting: spec.AllowNesting})); err != nil {
+	if err := step("installing the seccomp filter", filter.Install()); err != nil {
 		return 0, nil, err
 	}
 
