@@ -49,9 +49,19 @@ func InitMain() int {
 	signal.Notify(sigs, forwardedSignals...)
 	// Likewise the default seccomp filter is compiled while cordon prepares the run.
 	filter, filterErr := seccomp.Compile(seccomp.Options{})
+	// And the part of the root that does not depend on the spec.
+	baseErr := buildBase()
 	var cfg initConfig
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
+		return 125
+	}
+	if baseErr != nil {
+		var se *sandbox.SetupError
+		if !errors.As(baseErr, &se) {
+			se = &sandbox.SetupError{Step: "building the root", Err: baseErr}
+		}
+		report(status{Step: se.Step, Error: se.Err.Error()})
 		return 125
 	}
 	if cfg.Spec.AllowNesting {
