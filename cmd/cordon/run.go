@@ -75,7 +75,13 @@ func (a *app) cmdRun(args []string) int {
 	// spec it does nothing but wait.
 	backend := &linux.Backend{Warn: a.warn}
 	id := a.identity()
-	launched, err := backend.Launch(linux.LaunchOptions{User: id, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr, TTY: streams.TTY})
+	var egress *sandbox.EgressPorts
+	if pol.Network != nil {
+		// Init sets up the gateway's sockets and rules while the run is prepared.
+		p := gateway.Ports()
+		egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	}
+	launched, err := backend.Launch(linux.LaunchOptions{User: id, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr, TTY: streams.TTY, Egress: egress})
 	if err != nil {
 		streams.Close()
 		return a.startError(err, nil)
@@ -100,8 +106,7 @@ func (a *app) cmdRun(args []string) int {
 			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
 			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
 		})
-		p := gateway.Ports()
-		spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+		spec.Egress = egress
 		spec.ResolvConf = gateway.ResolvConf()
 		spec.Env = append(spec.Env, gateway.Env()...)
 	}

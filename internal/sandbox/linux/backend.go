@@ -50,18 +50,22 @@ func (b *Backend) warn(s string) {
 
 // Start implements sandbox.Backend: Launch and Start in one step.
 func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
-	l, err := b.Launch(LaunchOptions{User: spec.User, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY})
+	l, err := b.Launch(LaunchOptions{User: spec.User, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY, Egress: spec.Egress})
 	if err != nil {
 		return nil, err
 	}
 	return l.Start(ctx, spec)
 }
 
-// LaunchOptions is what must be known before init is cloned: who it maps to and its streams.
+// LaunchOptions is what must be known before init is cloned: who it maps to and its streams, and
+// whether the egress gateway is attached.
 type LaunchOptions struct {
 	User                  sandbox.User
 	Stdin, Stdout, Stderr *os.File
 	TTY                   bool
+	// Egress, when set, has init create the gateway's sockets and nftables rules as soon as it
+	// starts, while the caller still prepares the run; the spec's Egress must then be the same.
+	Egress *sandbox.EgressPorts
 }
 
 // Launched is an init that was cloned into fresh namespaces and is booting, waiting for its config.
@@ -75,6 +79,7 @@ type Launched struct {
 	statR    *os.File
 	user     sandbox.User
 	tty      bool
+	egress   *sandbox.EgressPorts
 	finished bool
 }
 
@@ -87,7 +92,7 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
-	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY,
+	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY, egress: opts.Egress,
 		s: &running{done: make(chan struct{}), exited: make(chan struct{}), warn: b.warn}}
 	if err := l.clone(opts); err != nil {
 		return nil, err
@@ -130,6 +135,9 @@ func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	}
 	if spec.User != l.user || spec.TTY != l.tty {
 		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("user or terminal differs from the launch")})
+	}
+	if (spec.Egress == nil) != (l.egress == nil) || spec.Egress != nil && *spec.Egress != *l.egress {
+		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("egress ports differ from the launch")})
 	}
 	etc, err := etcEntries(spec)
 	if err != nil {
@@ -303,7 +311,17 @@ func (l *Launched) clone(opts LaunchOptions) error {
 	// syscall.ForkExec rather than os/exec: os.StartProcess first probes whether pidfds work by
 	// starting and reaping a throwaway process, on the path that starts the sandbox. Cordon needs a
 	// kernel with pidfds anyway (close_range, mount_setattr are newer).
-	pid, err := syscall.ForkExec(l.exe, []string{InitArg0}, attr)
+	argv := []string{InitArg0}
+	if opts.Egress != nil {
+		b, err := json.Marshal(opts.Egress)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "encoding the egress ports", Err: err}
+		}
+		argv = append(argv, string(b))
+	}
+	pid, err := syscall.ForkExec(l.exe, argv, attr)
 	if err != nil {
 		cfgW.Close()
 		statR.Close()

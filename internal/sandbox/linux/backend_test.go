@@ -2,6 +2,7 @@ package linux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -275,5 +276,71 @@ while :; do sleep 0.02; done
 	}
 	if b, _ := os.ReadFile(out.Name()); strings.Contains(string(b), "got-URG") {
 		t.Errorf("SIGURG, which init does not catch, reached the command: %q", b)
+	}
+}
+
+// TestEgressSetAtLaunch: with Egress given at Launch, init creates the gateway's sockets before its
+// config arrives and hands them over (each role, per address family); a spec whose egress differs from the launch's is
+// refused, and the command does not run.
+func TestEgressSetAtLaunch(t *testing.T) {
+	ports := &sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	launch := func(egress *sandbox.EgressPorts) *Launched {
+		t.Helper()
+		l, err := (&Backend{}).Launch(LaunchOptions{User: sandbox.User{UID: 1000, GID: 1000, Name: "agent", Home: "/home/agent"},
+			Stdin: devnull, Stdout: devnull, Stderr: devnull, Egress: egress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	ws := t.TempDir()
+	spec := testSpecIn(ws, "sh", "-c", "touch ran")
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+	spec.Egress = ports
+	sb, err := launch(ports).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, roles := sb.EgressSockets()
+	for _, f := range files {
+		f.Close()
+	}
+	if st, err := sb.Wait(); err != nil || st.Code != 0 {
+		t.Fatalf("Wait = %+v, %v", st, err)
+	}
+	got := map[string]bool{}
+	for _, r := range roles {
+		got[r] = true
+	}
+	if len(files) != len(roles) || len(got) != 4 || !got["transparent"] || !got["proxy"] || !got["dns-tcp"] || !got["dns-udp"] {
+		t.Fatalf("got %d sockets with roles %v, want the gateway's four roles", len(files), roles)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err != nil {
+		t.Fatalf("the matching spec did not run: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name         string
+		launch, spec *sandbox.EgressPorts
+	}{
+		{"spec adds egress", nil, ports},
+		{"spec drops egress", ports, nil},
+		{"other ports", ports, &sandbox.EgressPorts{Transparent: 15002, Proxy: 3128, DNS: 53}},
+	} {
+		ws := t.TempDir()
+		spec := testSpecIn(ws, "sh", "-c", "touch ran")
+		spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+		spec.Egress = tc.spec
+		_, err := launch(tc.launch).Start(context.Background(), spec)
+		var se *sandbox.SetupError
+		if !errors.As(err, &se) || !strings.Contains(se.Err.Error(), "egress") {
+			t.Errorf("%s: Start = %v, want a refusal naming egress", tc.name, err)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+			t.Errorf("%s: the command ran", tc.name)
+		}
 	}
 }

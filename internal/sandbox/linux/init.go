@@ -49,8 +49,18 @@ func InitMain() int {
 	signal.Notify(sigs, forwardedSignals...)
 	// Likewise the default seccomp filter is compiled while cordon prepares the run.
 	filter, filterErr := seccomp.Compile(seccomp.Options{})
-	// And the part of the root that does not depend on the spec.
-	baseErr := buildBase()
+	// And the part of the root that does not depend on the spec, and the gateway's sockets and rules
+	// when cordon said at launch (argv[1]) that it attaches the gateway.
+	baseErr := loopbackUp()
+	if baseErr != nil {
+		baseErr = &sandbox.SetupError{Step: "bringing up loopback", Err: baseErr}
+	}
+	if baseErr == nil {
+		baseErr = launchEgress()
+	}
+	if baseErr == nil {
+		baseErr = buildBase()
+	}
 	var cfg initConfig
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
@@ -116,17 +126,6 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	}
 	if err := step("setting the host name", unix.Sethostname([]byte(hostname))); err != nil {
 		return 0, nil, err
-	}
-	if err := step("bringing up loopback", loopbackUp()); err != nil {
-		return 0, nil, err
-	}
-	if spec.Egress != nil {
-		// Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may
-		// not, rootless): the gateway's sockets and the rules that send all traffic to them exist
-		// before the command does.
-		if err := step("setting up the egress gateway's sockets and rules", egressSetup(spec.Egress)); err != nil {
-			return 0, nil, err
-		}
 	}
 	if err := buildRoot(cfg); err != nil {
 		return 0, nil, err
@@ -251,6 +250,24 @@ func reapAll() {
 			return // ECHILD: nothing left
 		}
 	}
+}
+
+// launchEgress sets up the egress gateway's sockets and rules for the ports cordon passed as argv[1]
+// (JSON), if any. Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon
+// outside may not, rootless): the gateway's sockets and the rules that send all traffic to them
+// exist before the command does. Start checks that the spec asks for the same ports.
+func launchEgress() error {
+	if len(os.Args) < 2 {
+		return nil
+	}
+	var p sandbox.EgressPorts
+	if err := json.Unmarshal([]byte(os.Args[1]), &p); err != nil {
+		return &sandbox.SetupError{Step: "reading the egress ports", Err: err}
+	}
+	if err := egressSetup(&p); err != nil {
+		return &sandbox.SetupError{Step: "setting up the egress gateway's sockets and rules", Err: err}
+	}
+	return nil
 }
 
 // egressSetup creates the gateway's sockets and installs the nftables rules in init's own network
