@@ -55,8 +55,9 @@ func InitMain() int {
 	if baseErr != nil {
 		baseErr = &sandbox.SetupError{Step: "bringing up loopback", Err: baseErr}
 	}
+	rulesInstalled := func() error { return nil }
 	if baseErr == nil {
-		baseErr = launchEgress()
+		rulesInstalled, baseErr = launchEgress()
 	}
 	if baseErr == nil {
 		baseErr = buildBase()
@@ -65,6 +66,9 @@ func InitMain() int {
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
 		return 125
+	}
+	if err := rulesInstalled(); err != nil && baseErr == nil {
+		baseErr = err
 	}
 	if baseErr != nil {
 		var se *sandbox.SetupError
@@ -252,37 +256,45 @@ func reapAll() {
 	}
 }
 
-// launchEgress sets up the egress gateway's sockets and rules for the ports cordon passed as argv[1]
-// (JSON), if any. Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon
-// outside may not, rootless): the gateway's sockets and the rules that send all traffic to them
-// exist before the command does. Start checks that the spec asks for the same ports.
-func launchEgress() error {
+// launchEgress sets up the egress gateway for the ports cordon passed as argv[1] (JSON), if any.
+// Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may not,
+// rootless): the gateway's sockets and the rules that send all traffic to them exist before the
+// command does. Start checks that the spec asks for the same ports. The sockets are made and handed
+// over at once; the rules (netlink only, no file system) are installed in the background, and the
+// returned wait says how that went: init calls it before anything of the command exists.
+func launchEgress() (wait func() error, err error) {
+	wait = func() error { return nil }
 	if len(os.Args) < 2 {
-		return nil
+		return wait, nil
 	}
 	var p sandbox.EgressPorts
 	if err := json.Unmarshal([]byte(os.Args[1]), &p); err != nil {
-		return &sandbox.SetupError{Step: "reading the egress ports", Err: err}
+		return wait, &sandbox.SetupError{Step: "reading the egress ports", Err: err}
 	}
-	if err := egressSetup(&p); err != nil {
-		return &sandbox.SetupError{Step: "setting up the egress gateway's sockets and rules", Err: err}
+	const step = "setting up the egress gateway's sockets and rules"
+	ports := netns.Ports{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	if err := egressSockets(ports); err != nil {
+		return wait, &sandbox.SetupError{Step: step, Err: err}
 	}
-	return nil
+	done := make(chan error, 1)
+	go func() { done <- netns.InstallHere(ports) }()
+	return func() error {
+		if err := <-done; err != nil {
+			return &sandbox.SetupError{Step: step, Err: err}
+		}
+		return nil
+	}, nil
 }
 
-// egressSetup creates the gateway's sockets and installs the nftables rules in init's own network
-// namespace, then hands the sockets to cordon over the status channel.
-func egressSetup(p *sandbox.EgressPorts) error {
+// egressSockets creates the gateway's sockets in init's own network namespace and hands them to
+// cordon over the status channel.
+func egressSockets(ports netns.Ports) error {
 	const self = "/proc/self/ns/net"
-	ports := netns.Ports{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
 	set, err := netns.Listeners(self, ports)
 	if err != nil {
 		return err
 	}
 	defer set.Close()
-	if err := netns.InstallHere(ports); err != nil {
-		return err
-	}
 	files, roles, err := set.Files()
 	if err != nil {
 		return err
