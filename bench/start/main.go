@@ -1,9 +1,11 @@
-// Command start measures how long it takes to run `true` inside a cordon sandbox, against plain
-// fork/exec of `true` and against bubblewrap with all namespaces unshared, interleaved in one run so
-// that the machine's state affects every contender alike. It prints medians and ratios, and cordon's
-// own peak memory during a run.
+// Command start measures how long it takes to run `true` inside a cordon sandbox, without and with
+// the egress gateway attached (--allow, so the gateway's sockets and nftables rules are set up),
+// against plain fork/exec of `true` and against bubblewrap with all namespaces unshared. Contenders
+// are interleaved round by round, so that the machine's state (other jobs on a shared machine)
+// affects every contender alike, and each ratio is taken within a round before its median and
+// spread are reported. It also prints cordon's own peak memory during a run.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50
+//	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old]
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 func main() {
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
 	n := flag.Int("n", 50, "runs of each contender")
+	baseline := flag.String("baseline", "", "another cordon binary (an older build) to run as a contender, for before/after figures")
 	flag.Parse()
 	bin, err := filepath.Abs(*cordon)
 	if err != nil {
@@ -50,6 +53,15 @@ func main() {
 	cs := []*contender{
 		{name: "fork/exec true", argv: []string{truePath}},
 		{name: "cordon run -- true", argv: []string{bin, "run", "--workspace", project, "--", "true"}},
+		{name: "cordon run --allow -- true", argv: []string{bin, "run", "--workspace", project, "--allow", "example.test", "--", "true"}},
+	}
+	if *baseline != "" {
+		old, err := filepath.Abs(*baseline)
+		if err != nil {
+			fail(err)
+		}
+		cs = append(cs, &contender{name: "baseline run -- true", argv: []string{old, "run", "--workspace", project, "--", "true"}},
+			&contender{name: "baseline run --allow -- true", argv: []string{old, "run", "--workspace", project, "--allow", "example.test", "--", "true"}})
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		cs = append(cs, &contender{name: "bwrap --unshare-all true", argv: []string{bwrap, "--unshare-all", "--die-with-parent",
@@ -74,18 +86,35 @@ func main() {
 		// Runs accumulate state directories; clear them so the store stays small.
 		os.RemoveAll(filepath.Join(state, "cordon"))
 	}
-	med := map[string]time.Duration{}
-	fmt.Printf("%-28s %12s %12s\n", "contender", "median", "p90")
+	byName := map[string]*contender{}
+	fmt.Printf("%-28s %12s %12s %12s\n", "contender", "p10", "median", "p90")
 	for _, c := range cs {
-		sort.Slice(c.runs, func(i, j int) bool { return c.runs[i] < c.runs[j] })
-		med[c.name] = c.runs[len(c.runs)/2]
-		fmt.Printf("%-28s %12s %12s\n", c.name, med[c.name].Round(time.Microsecond), c.runs[len(c.runs)*9/10].Round(time.Microsecond))
+		byName[c.name] = c
+		s := append([]time.Duration(nil), c.runs...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		fmt.Printf("%-28s %12s %12s %12s\n", c.name, q(s, 0.1).Round(time.Microsecond), q(s, 0.5).Round(time.Microsecond), q(s, 0.9).Round(time.Microsecond))
 	}
-	cordonMed := med["cordon run -- true"]
-	fmt.Printf("ratio cordon / fork-exec: %.1fx\n", float64(cordonMed)/float64(med["fork/exec true"]))
-	if b, ok := med["bwrap --unshare-all true"]; ok {
-		fmt.Printf("ratio cordon / bwrap:     %.2fx (target <= 1.5x)\n", float64(cordonMed)/float64(b))
+	// Ratios are taken round by round (each contender ran once per round, one after the other), so
+	// a burst of load on a shared machine moves numerator and denominator together.
+	ratio := func(num, den, target string) {
+		a, b := byName[num], byName[den]
+		if a == nil || b == nil {
+			return
+		}
+		r := make([]float64, len(a.runs))
+		for i := range a.runs {
+			r[i] = float64(a.runs[i]) / float64(b.runs[i])
+		}
+		sort.Float64s(r)
+		fmt.Printf("ratio %-27s / %-25s median %5.2fx (p25 %.2fx, p75 %.2fx)%s\n", num, den,
+			r[len(r)/2], r[len(r)/4], r[len(r)*3/4], target)
 	}
+	ratio("cordon run -- true", "fork/exec true", "")
+	ratio("cordon run -- true", "bwrap --unshare-all true", "  target <= 1.5x (issue 2)")
+	ratio("cordon run --allow -- true", "bwrap --unshare-all true", "  target <= 2x (issue 3)")
+	ratio("cordon run --allow -- true", "cordon run -- true", "  the gateway's own cost")
+	ratio("cordon run -- true", "baseline run -- true", "  against the baseline build")
+	ratio("cordon run --allow -- true", "baseline run --allow -- true", "  against the baseline build")
 
 	// cordon's own memory: peak RSS of the cordon process and of its init while a run is in progress.
 	cmd := exec.Command(bin, "run", "--workspace", project, "--", "sleep", "1")
@@ -105,6 +134,11 @@ func main() {
 	cmd.Wait()
 	fmt.Printf("peak RSS during a run: cordon %.1f MiB, its init (pid 1 inside) %.1f MiB (target: cordon < 15 MiB)\n",
 		float64(cordonHWM)/1024, float64(initHWM)/1024)
+}
+
+// q returns the p-quantile of sorted durations.
+func q(s []time.Duration, p float64) time.Duration {
+	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 // hwm returns a process's peak resident set size in KiB.

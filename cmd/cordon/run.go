@@ -83,7 +83,13 @@ func (a *app) cmdRun(args []string) int {
 	// spec it does nothing but wait.
 	backend := &linux.Backend{Warn: a.warn}
 	id := a.identity()
-	launched, err := backend.Launch(linux.LaunchOptions{User: id, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr, TTY: streams.TTY})
+	var egress *sandbox.EgressPorts
+	if pol.Network != nil {
+		// Init sets up the gateway's sockets and rules while the run is prepared.
+		p := gateway.Ports()
+		egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	}
+	launched, err := backend.Launch(linux.LaunchOptions{User: id, Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr, TTY: streams.TTY, Egress: egress})
 	if err != nil {
 		streams.Close()
 		return a.startError(err, nil)
@@ -113,8 +119,7 @@ func (a *app) cmdRun(args []string) int {
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err == nil {
-			p := gateway.Ports()
-			spec.Egress = &sandbox.EgressPorts{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+			spec.Egress = egress
 			spec.ResolvConf = gateway.ResolvConf()
 			spec.Env = append(spec.Env, gw.Env()...)
 			spec.TrustCA = gw.TrustCA()
@@ -139,7 +144,13 @@ func (a *app) cmdRun(args []string) int {
 		}
 		return err
 	}
+	// The run's record is made durable while the sandbox starts, not before (see CreateLazy).
+	synced := make(chan error, 1)
+	go func() { synced <- run.Sync() }()
 	code, started := a.runSpec(spec, run, backend, launched, streams, serveEgress)
+	if err := <-synced; err != nil {
+		a.warn(fmt.Sprintf("recording the run: %v", err))
+	}
 	if gw != nil {
 		sum, err := gw.Close()
 		if err != nil {
@@ -178,7 +189,7 @@ func (a *app) createRun(meta runstate.Meta) (*runstate.Run, error) {
 	if meta.PID, meta.PIDStart, err = runstate.Self(); err != nil {
 		return nil, err
 	}
-	return a.store().Create(meta)
+	return a.store().CreateLazy(meta)
 }
 
 // notice prints the workspace's one-line note (a copy instead of an overlay, no disk limit), if any.
@@ -359,7 +370,7 @@ func (a *app) identity() sandbox.User {
 
 // buildSpec turns the policy into the sandbox's declarative spec.
 func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User) (*sandbox.Spec, error) {
-	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk)})
+	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk), Lazy: true})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}

@@ -126,9 +126,22 @@ func validID(s string) bool {
 	return true
 }
 
-// Create makes a new run directory (0700) with a fresh id and writes m into it. ID, Started (when
-// zero), State (when empty) and StateChanged are filled in.
+// Create makes a new run directory (0700) with a fresh id and writes m into it, durably. ID, Started
+// (when zero), State (when empty) and StateChanged are filled in.
 func (s Store) Create(m Meta) (*Run, error) {
+	return s.create(m, true)
+}
+
+// CreateLazy is Create without waiting for the disk: meta.json is written and renamed into place
+// (readers never see a torn file) but nothing is fsynced, because a run is created on the path that
+// starts the agent and each fsync costs milliseconds there. The caller must call Sync on the run, and
+// can do so while the agent starts: until Sync returns a crash of the machine may lose the run's
+// record, as it would lose anything the agent has written by then, which is not synced either.
+func (s Store) CreateLazy(m Meta) (*Run, error) {
+	return s.create(m, false)
+}
+
+func (s Store) create(m Meta, durable bool) (*Run, error) {
 	runs, err := s.runsPath()
 	if err != nil {
 		return nil, err
@@ -157,9 +170,16 @@ func (s Store) Create(m Meta) (*Run, error) {
 		}
 		m.ID = id
 		r := &Run{Dir: dir, Meta: m}
-		if err := writeMeta(dir, &m); err != nil {
+		if err := writeMeta(dir, &m, durable); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
+		}
+		if durable {
+			// The new directory's own entry.
+			if err := SyncDir(runs); err != nil {
+				_ = os.RemoveAll(dir)
+				return nil, fmt.Errorf("runstate: %w", err)
+			}
 		}
 		return r, nil
 	}
@@ -447,7 +467,7 @@ func (r *Run) UpdateLocked(fn func(*Meta) error) error {
 	if m.State != old {
 		m.StateChanged = time.Now()
 	}
-	if err := writeMeta(r.Dir, m); err != nil {
+	if err := writeMeta(r.Dir, m, true); err != nil {
 		return err
 	}
 	r.Meta = *m
@@ -470,17 +490,68 @@ func (r *Run) Finish(code int) error {
 
 // writeMeta replaces meta.json atomically: a reader sees the old or the new file, never a torn one,
 // and a crash leaves one of the two on disk.
-func writeMeta(dir string, m *Meta) error {
+func writeMeta(dir string, m *Meta, durable bool) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("runstate: encode meta: %w", err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, metaFile), append(b, '\n'), 0o600)
+	return writeFileAtomic(filepath.Join(dir, metaFile), append(b, '\n'), 0o600, durable)
+}
+
+// Sync makes the run durable as it is now: every regular file directly in its directory (meta.json
+// and what other packages keep beside it), the directory itself and its entry in the runs
+// directory. It completes what CreateLazy and WriteFileAtomicLazy left to the disk's own pace.
+func (r *Run) Sync() error {
+	ents, err := os.ReadDir(r.Dir)
+	if err != nil {
+		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if err := syncFile(filepath.Join(r.Dir, e.Name())); err != nil {
+			return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+		}
+	}
+	if err := SyncDir(r.Dir); err != nil {
+		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+	}
+	if err := SyncDir(filepath.Dir(r.Dir)); err != nil {
+		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+	}
+	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed meanwhile (a temporary file renamed away)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
 }
 
 // WriteFileAtomic writes data to path through a temporary file in the same directory, fsyncs it,
 // renames it over path and fsyncs the directory.
 func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	return writeFileAtomic(path, data, perm, true)
+}
+
+// WriteFileAtomicLazy is WriteFileAtomic without the fsyncs, for a file in a run directory that
+// Run.Sync makes durable later (see CreateLazy). Readers still see the old or the new file, never a
+// torn one.
+func WriteFileAtomicLazy(path string, data []byte, perm fs.FileMode) error {
+	return writeFileAtomic(path, data, perm, false)
+}
+
+func writeFileAtomic(path string, data []byte, perm fs.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -500,8 +571,10 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -510,6 +583,9 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	ok = true
+	if !durable {
+		return nil
+	}
 	return SyncDir(dir)
 }
 

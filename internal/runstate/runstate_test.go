@@ -239,3 +239,43 @@ func TestProcessStartOddName(t *testing.T) {
 		t.Errorf("child start %d before parent start %d: wrong field parsed", st, self)
 	}
 }
+
+// TestCreateLazyThenSync: a lazily created run is complete for readers at once (List, Load, Update
+// see it), and Sync makes it durable without changing it.
+func TestCreateLazyThenSync(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	r, err := s.CreateLazy(Meta{Project: "/p", Command: []string{"agent"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomicLazy(filepath.Join(r.Dir, "other.json"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(r.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Meta.ID != r.Meta.ID || got.Meta.Project != "/p" {
+		t.Fatalf("loaded %+v, want the created run", got.Meta)
+	}
+	if err := r.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Finish(3); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 1 || list[0].Meta.State != StateExited || list[0].Meta.ExitCode != 3 {
+		t.Fatalf("List = %+v, %v; want one exited run with code 3", list, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.Dir, "other.json")); err != nil || string(b) != "{}\n" {
+		t.Fatalf("other.json = %q, %v", b, err)
+	}
+	// Sync of a run whose directory is gone says so.
+	if err := os.RemoveAll(r.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(); err == nil {
+		t.Fatal("Sync of a removed run succeeded")
+	}
+}

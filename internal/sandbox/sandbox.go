@@ -133,7 +133,8 @@ type Backend interface {
 
 // Sandbox is a running sandbox.
 type Sandbox interface {
-	// Wait waits for the command to exit; by then every process of the sandbox is gone.
+	// Wait waits for the command to exit; by then every process of the sandbox is gone, its init at
+	// least past its last instruction (the kernel may still be tearing its namespaces down).
 	Wait() (ExitStatus, error)
 	// Signal forwards a signal to the command.
 	Signal(sig os.Signal) error

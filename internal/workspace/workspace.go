@@ -62,6 +62,9 @@ type PrepareOptions struct {
 	ForceCopy bool
 	// DiskBytes caps what the run may write (limits.disk); see disk.go for how and when it holds.
 	DiskBytes int64
+	// Lazy leaves workspace.json to the disk's own pace, for a run made with runstate's CreateLazy:
+	// the caller makes it durable with the run's Sync, off the path that starts the agent.
+	Lazy bool
 }
 
 // Prepare makes the copy-on-write workspace for run over project with default options.
@@ -138,7 +141,11 @@ func PrepareWith(run *runstate.Run, project string, opts PrepareOptions) (sandbo
 		ws.Overlay = &sandbox.Overlay{Upper: upper, Work: work}
 	}
 	info.Note = strings.Join(notes, "; ")
-	if err := writeInfo(run, &info); err != nil {
+	write := runstate.WriteFileAtomic
+	if opts.Lazy {
+		write = runstate.WriteFileAtomicLazy
+	}
+	if err := writeInfoWith(run, &info, write); err != nil {
 		return sandbox.Workspace{}, err
 	}
 	return ws, nil
@@ -179,11 +186,15 @@ func FallbackToCopy(run *runstate.Run, why error) (sandbox.Workspace, error) {
 }
 
 func writeInfo(run *runstate.Run, info *Info) error {
+	return writeInfoWith(run, info, runstate.WriteFileAtomic)
+}
+
+func writeInfoWith(run *runstate.Run, info *Info, write func(string, []byte, fs.FileMode) error) error {
 	b, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	if err := runstate.WriteFileAtomic(filepath.Join(run.Dir, infoFile), b, 0o600); err != nil {
+	if err := write(filepath.Join(run.Dir, infoFile), b, 0o600); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
 	return nil

@@ -1,13 +1,13 @@
 package linux
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -50,18 +50,22 @@ func (b *Backend) warn(s string) {
 
 // Start implements sandbox.Backend: Launch and Start in one step.
 func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandbox, error) {
-	l, err := b.Launch(LaunchOptions{User: spec.User, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY})
+	l, err := b.Launch(LaunchOptions{User: spec.User, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, TTY: spec.TTY, Egress: spec.Egress})
 	if err != nil {
 		return nil, err
 	}
 	return l.Start(ctx, spec)
 }
 
-// LaunchOptions is what must be known before init is cloned: who it maps to and its streams.
+// LaunchOptions is what must be known before init is cloned: who it maps to and its streams, and
+// whether the egress gateway is attached.
 type LaunchOptions struct {
 	User                  sandbox.User
 	Stdin, Stdout, Stderr *os.File
 	TTY                   bool
+	// Egress, when set, has init create the gateway's sockets and nftables rules as soon as it
+	// starts, while the caller still prepares the run; the spec's Egress must then be the same.
+	Egress *sandbox.EgressPorts
 }
 
 // Launched is an init that was cloned into fresh namespaces and is booting, waiting for its config.
@@ -75,6 +79,7 @@ type Launched struct {
 	statR    *os.File
 	user     sandbox.User
 	tty      bool
+	egress   *sandbox.EgressPorts
 	finished bool
 }
 
@@ -87,8 +92,8 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
-	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY,
-		s: &running{done: make(chan struct{}), warn: b.warn}}
+	l := &Launched{b: b, exe: exe, user: opts.User, tty: opts.TTY, egress: opts.Egress,
+		s: &running{done: make(chan struct{}), exited: make(chan struct{}), warn: b.warn}}
 	if err := l.clone(opts); err != nil {
 		return nil, err
 	}
@@ -99,7 +104,7 @@ func (b *Backend) Launch(opts LaunchOptions) (*Launched, error) {
 // gateway creates its listening sockets in it and installs its nftables rules there before Start, so
 // that the command never runs a moment without them.
 func (l *Launched) NetNS() string {
-	return fmt.Sprintf("/proc/%d/ns/net", l.s.cmd.Process.Pid)
+	return fmt.Sprintf("/proc/%d/ns/net", l.s.pid)
 }
 
 // Abort ends a launched init that will not be started.
@@ -131,6 +136,9 @@ func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if spec.User != l.user || spec.TTY != l.tty {
 		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("user or terminal differs from the launch")})
 	}
+	if (spec.Egress == nil) != (l.egress == nil) || spec.Egress != nil && *spec.Egress != *l.egress {
+		return fail(&sandbox.SetupError{Step: "checking the sandbox spec", Err: errors.New("egress ports differ from the launch")})
+	}
 	etc, err := etcEntries(spec)
 	if err != nil {
 		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
@@ -141,11 +149,12 @@ func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 		return fail(err)
 	}
 	l.finished = true
-	defer l.statR.Close()
 	if err := l.s.start(&cfg, l.cfgW, l.statR); err != nil {
+		l.statR.Close()
 		l.s.cleanup()
 		return nil, err
 	}
+	go l.s.awaitExit(l.statR)
 	return l.s, nil
 }
 
@@ -218,7 +227,13 @@ func validate(spec *sandbox.Spec) error {
 
 // running is a started sandbox.
 type running struct {
-	cmd         *exec.Cmd
+	// pid is init's host pid. pidfd refers to init until it is reaped, when it is closed (-1); pidMu
+	// orders the two, so that a signal can never reach another process that reused the pid or a file
+	// that reused the descriptor.
+	pid         int
+	pidMu       sync.Mutex
+	pidfd       int
+	waitStatus  unix.WaitStatus
 	terminal    *os.File
 	egress      []*os.File
 	egressRoles []string
@@ -229,7 +244,12 @@ type running struct {
 
 	mu       sync.Mutex
 	timedOut bool
-	done     chan struct{}
+	done     chan struct{} // closed when init has been reaped
+	// exited is closed when init reported the command's end (code), with every other process of the
+	// sandbox already gone; init itself is then exiting, and the kernel tearing down the namespaces
+	// (unmounting the tree, the overlay's sync) takes milliseconds that nobody needs to wait for.
+	exited chan struct{}
+	code   int
 }
 
 func (l *Launched) clone(opts LaunchOptions) error {
@@ -248,9 +268,10 @@ func (l *Launched) clone(opts LaunchOptions) error {
 	statR, statW := os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status")
 	defer statW.Close()
 	stdin, stdout, stderr := opts.Stdin, opts.Stdout, opts.Stderr
-	if opts.TTY {
+	if opts.TTY || stdin == nil || stdout == nil || stderr == nil {
 		// The caller's terminal never enters the sandbox: init's own streams are /dev/null and the
-		// command gets a pseudo-terminal of the sandbox's own devpts.
+		// command gets a pseudo-terminal of the sandbox's own devpts. A stream not given is
+		// /dev/null too.
 		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
 			cfgW.Close()
@@ -258,19 +279,22 @@ func (l *Launched) clone(opts LaunchOptions) error {
 			return &sandbox.SetupError{Step: "opening /dev/null", Err: err}
 		}
 		defer devnull.Close()
-		stdin, stdout, stderr = devnull, devnull, devnull
+		if opts.TTY {
+			stdin, stdout, stderr = devnull, devnull, devnull
+		}
+		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
 	hostUID, hostGID := os.Getuid(), os.Getgid()
-	cmd := &exec.Cmd{
-		Path:       l.exe,
-		Args:       []string{InitArg0},
-		Env:        []string{},
-		Stdin:      stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{cfgR, statW},
-		SysProcAttr: &syscall.SysProcAttr{
+	pidfd := -1
+	attr := &syscall.ProcAttr{
+		// The runtime is told to use one processor: init's work is one sequence on one locked
+		// thread, and with more the runtime spins up idle threads that compete for the CPU with
+		// cordon's own preparation of the run. Setting it also spares the runtime from reading the
+		// cgroup's CPU limit at start. Init's environment is its own: the command gets spec.Env.
+		Env:   []string{"GOMAXPROCS=1"},
+		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()},
+		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.UID, HostID: hostUID, Size: 1}},
@@ -281,14 +305,29 @@ func (l *Launched) clone(opts LaunchOptions) error {
 			// of the sandbox's pid namespace dies with it.
 			Pdeathsig: syscall.SIGKILL,
 			Setsid:    true,
+			PidFD:     &pidfd,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	// syscall.ForkExec rather than os/exec: os.StartProcess first probes whether pidfds work by
+	// starting and reaping a throwaway process, on the path that starts the sandbox. Cordon needs a
+	// kernel with pidfds anyway (close_range, mount_setattr are newer).
+	argv := []string{InitArg0}
+	if opts.Egress != nil {
+		b, err := json.Marshal(opts.Egress)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "encoding the egress ports", Err: err}
+		}
+		argv = append(argv, string(b))
+	}
+	pid, err := syscall.ForkExec(l.exe, argv, attr)
+	if err != nil {
 		cfgW.Close()
 		statR.Close()
 		return &sandbox.SetupError{Step: "creating the namespaces", Err: fmt.Errorf("%w (does this kernel allow user namespaces? see `cordon doctor`)", err)}
 	}
-	l.s.cmd = cmd
+	l.s.pid, l.s.pidfd = pid, pidfd
 	l.cfgW, l.statR = cfgW, statR
 	go l.s.wait()
 	return nil
@@ -297,9 +336,8 @@ func (l *Launched) clone(opts LaunchOptions) error {
 // start places init in the run's cgroup, sends it the config and waits for its verdict.
 func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 	spec := &cfg.Spec
-	cmd := s.cmd
 	if s.cgroup != nil {
-		if err := s.cgroup.Add(cmd.Process.Pid); err != nil {
+		if err := s.cgroup.Add(s.pid); err != nil {
 			s.Kill()
 			<-s.done
 			return &sandbox.SetupError{Step: "joining the run's cgroup", Err: err}
@@ -318,7 +356,7 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 	case err != nil:
 		s.Kill()
 		<-s.done
-		return &sandbox.SetupError{Step: "starting init", Err: fmt.Errorf("init ended before reporting: %s", s.cmd.ProcessState)}
+		return &sandbox.SetupError{Step: "starting init", Err: fmt.Errorf("init ended before reporting: %s", describe(s.waitStatus))}
 	case st.Error != "":
 		<-s.done
 		return &sandbox.SetupError{Step: st.Step, Err: errors.New(st.Error)}
@@ -394,9 +432,52 @@ func (s *running) readStatus(f *os.File) (status, error) {
 	}
 }
 
+// wait reaps init. Only this goroutine waits for init's pid, so the pid stays init's until then.
 func (s *running) wait() {
-	s.cmd.Wait()
+	for {
+		_, err := unix.Wait4(s.pid, &s.waitStatus, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	s.pidMu.Lock()
+	unix.Close(s.pidfd)
+	s.pidfd = -1
+	s.pidMu.Unlock()
 	close(s.done)
+}
+
+// describe says how init ended, for error messages.
+func describe(ws unix.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Sprintf("signal: %v", ws.Signal())
+	}
+	return fmt.Sprintf("wait status %#x", uint32(ws))
+}
+
+// awaitExit reads init's last message, which says how the command ended, and closes f. If init dies
+// without sending it (killed, timed out), exited is never closed and Wait goes by init's own status.
+func (s *running) awaitExit(f *os.File) {
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		var st status
+		if json.Unmarshal(buf[:n], &st) == nil && st.Exited {
+			s.code = st.Code
+			close(s.exited)
+			return
+		}
+	}
 }
 
 func (s *running) cleanup() {
@@ -408,21 +489,39 @@ func (s *running) cleanup() {
 	}
 }
 
-// Wait implements sandbox.Sandbox.
+// Wait implements sandbox.Sandbox. It returns as soon as init reports the command's end, when every
+// other process of the sandbox is already gone, without waiting for the kernel to finish tearing
+// init and its namespaces down (init is reaped in the background). With a cgroup it does wait:
+// the cgroup can only be removed once init has left it.
 func (s *running) Wait() (sandbox.ExitStatus, error) {
-	<-s.done
+	select {
+	case <-s.done:
+	case <-s.exited:
+		if s.cgroup != nil {
+			<-s.done
+		}
+	}
 	defer s.cleanup()
 	var st sandbox.ExitStatus
-	ws, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Exited():
-		st.Code = ws.ExitStatus()
+	select {
+	case <-s.exited:
+		// The command's own status, even if init was killed after reporting it.
+		st.Code = s.code
 		if st.Code > 128 && st.Code < 128+65 {
 			st.Signal = syscall.Signal(st.Code - 128)
 		}
-	case ws.Signaled():
-		st.Code = 128 + int(ws.Signal())
-		st.Signal = ws.Signal()
+	default:
+		ws := s.waitStatus
+		switch {
+		case ws.Exited():
+			st.Code = ws.ExitStatus()
+			if st.Code > 128 && st.Code < 128+65 {
+				st.Signal = syscall.Signal(st.Code - 128)
+			}
+		case ws.Signaled():
+			st.Code = 128 + int(ws.Signal())
+			st.Signal = ws.Signal()
+		}
 	}
 	s.mu.Lock()
 	st.TimedOut = s.timedOut
@@ -431,12 +530,33 @@ func (s *running) Wait() (sandbox.ExitStatus, error) {
 }
 
 // Signal implements sandbox.Sandbox: init forwards it to the command.
-func (s *running) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+func (s *running) Signal(sig os.Signal) error {
+	ss, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("linux: unsupported signal %v", sig)
+	}
+	return s.signal(ss)
+}
+
+// signal sends sig to init through its pidfd, never by pid: once init is reaped the pid may belong
+// to another process.
+func (s *running) signal(sig syscall.Signal) error {
+	s.pidMu.Lock()
+	defer s.pidMu.Unlock()
+	if s.pidfd < 0 {
+		return os.ErrProcessDone
+	}
+	err := unix.PidfdSendSignal(s.pidfd, sig, nil, 0)
+	if err == unix.ESRCH {
+		return os.ErrProcessDone
+	}
+	return err
+}
 
 // Kill implements sandbox.Sandbox. Killing pid 1 of the sandbox's pid namespace kills every process
 // in it; the cgroup, when there is one, catches anything that got out of the namespace's reach.
 func (s *running) Kill() error {
-	err := s.cmd.Process.Kill()
+	err := s.signal(syscall.SIGKILL)
 	if s.cgroup != nil {
 		s.cgroup.Kill()
 	}
@@ -450,4 +570,4 @@ func (s *running) EgressSockets() ([]*os.File, []string) { return s.egress, s.eg
 func (s *running) Terminal() *os.File { return s.terminal }
 
 // Pid implements sandbox.Sandbox.
-func (s *running) Pid() int { return s.cmd.Process.Pid }
+func (s *running) Pid() int { return s.pid }

@@ -2,11 +2,17 @@ package linux
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
@@ -104,6 +110,240 @@ func asExec(err error, target **sandbox.ExecError) bool {
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
+
+// TestEtcReadOnly attacks the host files bound into /etc: /etc is sealed with one recursive
+// mount_setattr, so every bind under it must come out read-only, nosuid and nodev. The same write
+// into /tmp succeeds, so a failing write is the mount's doing.
+func TestEtcReadOnly(t *testing.T) {
+	if _, err := os.Stat("/etc/shells"); err != nil {
+		t.Skip("host has no /etc/shells")
+	}
+	script := `
+for f in /etc/shells /etc/ld.so.cache /etc/hosts; do
+  if (echo x >> "$f") 2>/dev/null; then echo "WROTE $f"; fi
+done
+if (echo x >> /tmp/control) 2>/dev/null; then echo "CONTROL ok"; fi
+while read -r id parent dev root mnt opts rest; do
+  case "$mnt" in
+  /etc|/etc/*) echo "MOUNT $mnt $opts" ;;
+  esac
+done < /proc/self/mountinfo
+`
+	out, st, err := startSpec(t, testSpec(t, "sh", "-c", script))
+	if err != nil || st.Code != 0 {
+		t.Fatalf("exit %d, %v: %s", st.Code, err, out)
+	}
+	if strings.Contains(out, "WROTE") {
+		t.Errorf("a file in /etc was writable:\n%s", out)
+	}
+	if !strings.Contains(out, "CONTROL ok") {
+		t.Fatalf("the control write to /tmp failed, so the test proves nothing:\n%s", out)
+	}
+	mounts := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "MOUNT" {
+			continue
+		}
+		mounts++
+		opts := "," + f[2] + ","
+		for _, want := range []string{",ro,", ",nosuid,", ",nodev,"} {
+			if !strings.Contains(opts, want) {
+				t.Errorf("%s is mounted %s, lacking %s", f[1], f[2], strings.Trim(want, ","))
+			}
+		}
+	}
+	if mounts < 2 {
+		t.Fatalf("found %d mounts under /etc, want the tmpfs and host binds:\n%s", mounts, out)
+	}
+}
+
+// TestWaitLeavesNothingRunning: Wait returns with the command's status as soon as init reports it,
+// before the kernel has finished tearing init down, so it must not return while any other process
+// of the sandbox still exists. A background process that outlives the command is found on the host
+// while the command runs (the control) and is gone, not even a zombie, when Wait returns.
+func TestWaitLeavesNothingRunning(t *testing.T) {
+	ws := t.TempDir()
+	marker := fmt.Sprintf("%d.%03d", 5000+os.Getpid()%1000, time.Now().Nanosecond()%1000)
+	// The script is a file, so that only the sleep itself carries the marker in its command line.
+	script := "sleep " + marker + " & sleep 0.3; exit 3\n"
+	if err := os.WriteFile(filepath.Join(ws, "run.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpecIn(ws, "sh", filepath.Join(ws, "run.sh"))
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+	sb, err := (&Backend{}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid string
+	for deadline := time.Now().Add(5 * time.Second); pid == ""; time.Sleep(5 * time.Millisecond) {
+		pid = findSleep(t, marker)
+		if pid == "" && time.Now().After(deadline) {
+			t.Fatalf("the background sleep %s never showed on the host, so this test cannot check it is gone", marker)
+		}
+	}
+	st, err := sb.Wait()
+	if err != nil || st.Code != 3 {
+		t.Fatalf("Wait = %+v, %v; want code 3", st, err)
+	}
+	if b, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+		t.Fatalf("after Wait, the sandbox's background process %s is still there: %s", pid, b)
+	}
+}
+
+// findSleep returns the host pid of the process whose command line is "sleep arg", or "".
+func findSleep(t *testing.T, arg string) string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			return e.Name()
+		}
+	}
+	return ""
+}
+
+// TestSignalsReachCommand: init forwards the signals it catches to the command, and one it does not
+// catch (SIGURG, the runtime's own) neither reaches the command nor ends the sandbox.
+func TestSignalsReachCommand(t *testing.T) {
+	ws := t.TempDir()
+	script := `trap 'echo got-URG' URG; trap 'echo got-USR1' USR1; trap 'echo got-HUP' HUP; trap 'echo got-TERM; exit 9' TERM
+echo ready > ready
+while :; do sleep 0.02; done
+`
+	if err := os.WriteFile(filepath.Join(ws, "run.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	spec := testSpecIn(ws, "sh", filepath.Join(ws, "run.sh"))
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, out, out
+	sb, err := (&Backend{}).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(ws, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			sb.Kill()
+			t.Fatal("the command never got ready")
+		}
+	}
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if b, _ := os.ReadFile(out.Name()); strings.Contains(string(b), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(out.Name())
+				sb.Kill()
+				t.Fatalf("%q never came: %q", want, b)
+			}
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGURG, syscall.SIGUSR1, syscall.SIGHUP} {
+		if err := sb.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if sig != syscall.SIGURG {
+			waitFor("got-" + strings.TrimPrefix(unix.SignalName(sig), "SIG"))
+		}
+	}
+	if err := sb.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.Wait()
+	if err != nil || st.Code != 9 {
+		b, _ := os.ReadFile(out.Name())
+		t.Fatalf("Wait = %+v, %v; want 9 from the TERM trap; output %q", st, err, b)
+	}
+	if b, _ := os.ReadFile(out.Name()); strings.Contains(string(b), "got-URG") {
+		t.Errorf("SIGURG, which init does not catch, reached the command: %q", b)
+	}
+}
+
+// TestEgressSetAtLaunch: with Egress given at Launch, init creates the gateway's sockets before its
+// config arrives and hands them over (each role, per address family); a spec whose egress differs from the launch's is
+// refused, and the command does not run.
+func TestEgressSetAtLaunch(t *testing.T) {
+	ports := &sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	launch := func(egress *sandbox.EgressPorts) *Launched {
+		t.Helper()
+		l, err := (&Backend{}).Launch(LaunchOptions{User: sandbox.User{UID: 1000, GID: 1000, Name: "agent", Home: "/home/agent"},
+			Stdin: devnull, Stdout: devnull, Stderr: devnull, Egress: egress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	ws := t.TempDir()
+	spec := testSpecIn(ws, "sh", "-c", "touch ran")
+	spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+	spec.Egress = ports
+	sb, err := launch(ports).Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, roles := sb.EgressSockets()
+	for _, f := range files {
+		f.Close()
+	}
+	if st, err := sb.Wait(); err != nil || st.Code != 0 {
+		t.Fatalf("Wait = %+v, %v", st, err)
+	}
+	got := map[string]bool{}
+	for _, r := range roles {
+		got[r] = true
+	}
+	if len(files) != len(roles) || len(got) != 4 || !got["transparent"] || !got["proxy"] || !got["dns-tcp"] || !got["dns-udp"] {
+		t.Fatalf("got %d sockets with roles %v, want the gateway's four roles", len(files), roles)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err != nil {
+		t.Fatalf("the matching spec did not run: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name         string
+		launch, spec *sandbox.EgressPorts
+	}{
+		{"spec adds egress", nil, ports},
+		{"spec drops egress", ports, nil},
+		{"other ports", ports, &sandbox.EgressPorts{Transparent: 15002, Proxy: 3128, DNS: 53}},
+	} {
+		ws := t.TempDir()
+		spec := testSpecIn(ws, "sh", "-c", "touch ran")
+		spec.Stdin, spec.Stdout, spec.Stderr = devnull, devnull, devnull
+		spec.Egress = tc.spec
+		_, err := launch(tc.launch).Start(context.Background(), spec)
+		var se *sandbox.SetupError
+		if !errors.As(err, &se) || !strings.Contains(se.Err.Error(), "egress") {
+			t.Errorf("%s: Start = %v, want a refusal naming egress", tc.name, err)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+			t.Errorf("%s: the command ran", tc.name)
+		}
+	}
+}
 
 // TestTrustCA checks the extra CA reaches the sandbox alone, in the bundle, and in the system bundle's
 // place, read-only, and that the host's own bundle is untouched.

@@ -54,6 +54,11 @@ type status struct {
 	Sockets []string `json:"sockets,omitempty"`
 	// Started is set once the command runs inside the finished boundary.
 	Started bool `json:"started,omitempty"`
+	// Exited is init's last message: the command ended with Code and every other process of the
+	// sandbox is gone (killed and reaped); init exits next. cordon can report the status at once,
+	// while the kernel still tears the namespaces down.
+	Exited bool `json:"exited,omitempty"`
+	Code   int  `json:"code,omitempty"`
 	// Warnings are one-line notices (a defense-in-depth layer the kernel lacks).
 	Warnings []string `json:"warnings,omitempty"`
 }

@@ -42,16 +42,50 @@ func InitMain() int {
 		statusw.Write(b)
 	}
 
+	// Catch signals before the command exists, so that none sent during setup is lost (or ends init
+	// by the runtime's default); they are forwarded once it runs. This is done before the config
+	// arrives, while cordon is still preparing the run.
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, forwardedSignals...)
+	// Likewise the default seccomp filter is compiled while cordon prepares the run.
+	filter, filterErr := seccomp.Compile(seccomp.Options{})
+	// And the part of the root that does not depend on the spec, and the gateway's sockets and rules
+	// when cordon said at launch (argv[1]) that it attaches the gateway.
+	baseErr := loopbackUp()
+	if baseErr != nil {
+		baseErr = &sandbox.SetupError{Step: "bringing up loopback", Err: baseErr}
+	}
+	rulesInstalled := func() error { return nil }
+	if baseErr == nil {
+		rulesInstalled, baseErr = launchEgress()
+	}
+	if baseErr == nil {
+		baseErr = buildBase()
+	}
 	var cfg initConfig
 	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
 		report(status{Step: "reading the sandbox config", Error: err.Error()})
 		return 125
 	}
-	// Catch signals before the command exists, so that none sent during setup is lost; they are
-	// forwarded once it runs.
-	sigs := make(chan os.Signal, 32)
-	signal.Notify(sigs)
-	pid, warnings, err := setup(&cfg)
+	if err := rulesInstalled(); err != nil && baseErr == nil {
+		baseErr = err
+	}
+	if baseErr != nil {
+		var se *sandbox.SetupError
+		if !errors.As(baseErr, &se) {
+			se = &sandbox.SetupError{Step: "building the root", Err: baseErr}
+		}
+		report(status{Step: se.Step, Error: se.Err.Error()})
+		return 125
+	}
+	if cfg.Spec.AllowNesting {
+		filter, filterErr = seccomp.Compile(seccomp.Options{AllowNesting: true})
+	}
+	if filterErr != nil {
+		report(status{Step: "compiling the seccomp filter", Error: filterErr.Error()})
+		return 125
+	}
+	pid, warnings, err := setup(&cfg, filter)
 	if err != nil {
 		var se *sandbox.SetupError
 		var ee *sandbox.ExecError
@@ -70,14 +104,15 @@ func InitMain() int {
 		return 125
 	}
 	report(status{Started: true, Warnings: warnings})
-	statusw.Close()
-	return supervise(pid, sigs)
+	code := supervise(pid, sigs)
+	report(status{Exited: true, Code: code})
+	return code
 }
 
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
 // privilege over the new namespaces happens first, then privileges are dropped for good, then the
 // kernel's own guards (Landlock, seccomp) are stacked, and only then is the command executed.
-func setup(cfg *initConfig) (int, []string, error) {
+func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	spec := &cfg.Spec
 	var warnings []string
 	step := func(name string, err error) error {
@@ -95,17 +130,6 @@ func setup(cfg *initConfig) (int, []string, error) {
 	}
 	if err := step("setting the host name", unix.Sethostname([]byte(hostname))); err != nil {
 		return 0, nil, err
-	}
-	if err := step("bringing up loopback", loopbackUp()); err != nil {
-		return 0, nil, err
-	}
-	if spec.Egress != nil {
-		// Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may
-		// not, rootless): the gateway's sockets and the rules that send all traffic to them exist
-		// before the command does.
-		if err := step("setting up the egress gateway's sockets and rules", egressSetup(spec.Egress)); err != nil {
-			return 0, nil, err
-		}
 	}
 	if err := buildRoot(cfg); err != nil {
 		return 0, nil, err
@@ -142,7 +166,7 @@ func setup(cfg *initConfig) (int, []string, error) {
 	if w != "" {
 		warnings = append(warnings, w)
 	}
-	if err := step("installing the seccomp filter", seccomp.Install(seccomp.Options{AllowNesting: spec.AllowNesting})); err != nil {
+	if err := step("installing the seccomp filter", filter.Install()); err != nil {
 		return 0, nil, err
 	}
 
@@ -165,8 +189,22 @@ func setup(cfg *initConfig) (int, []string, error) {
 	return pid, warnings, nil
 }
 
+// forwardedSignals are the signals init catches: those that the runtime's default would turn into
+// init's death (hangup, interrupt, quit, abort, terminate), those a user or supervisor sends to poke
+// a program (user signals, alarm, window change, continue), and SIGCHLD, which wakes init to reap.
+// All but SIGCHLD are forwarded to the command. They are named rather than caught wholesale because
+// the runtime enables each caught signal in a round trip between two threads: all 60-odd cost
+// hundreds of context switches at start. Any other signal reaching init is ignored, as a pid
+// namespace's init ignores what it has no handler for.
+var forwardedSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGABRT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
+	unix.SIGALRM, unix.SIGWINCH, unix.SIGCONT, unix.SIGCHLD,
+}
+
 // supervise is pid 1's job once the command runs: forward signals to it, reap every orphan that the
-// pid namespace hands us, and when the command exits, end the whole sandbox with its status.
+// pid namespace hands us, and when the command exits, end the whole sandbox with its status. It
+// returns only when no other process of the sandbox is left: all were killed and reaped, so none can
+// still be writing into the workspace.
 //
 // It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
 // LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
@@ -192,6 +230,7 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 				}
 				// The command is gone: nothing else in the sandbox outlives it.
 				unix.Kill(-1, unix.SIGKILL)
+				reapAll()
 				return code
 			}
 		}
@@ -202,19 +241,60 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 	}
 }
 
-// egressSetup creates the gateway's sockets and installs the nftables rules in init's own network
-// namespace, then hands the sockets to cordon over the status channel.
-func egressSetup(p *sandbox.EgressPorts) error {
-	const self = "/proc/self/ns/net"
+// reapAll waits for every remaining child of init; in the sandbox's pid namespace every orphan is
+// init's child, so when none is left, no process of the sandbox is.
+func reapAll() {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return // ECHILD: nothing left
+		}
+	}
+}
+
+// launchEgress sets up the egress gateway for the ports cordon passed as argv[1] (JSON), if any.
+// Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may not,
+// rootless): the gateway's sockets and the rules that send all traffic to them exist before the
+// command does. Start checks that the spec asks for the same ports. The sockets are made and handed
+// over at once; the rules (netlink only, no file system) are installed in the background, and the
+// returned wait says how that went: init calls it before anything of the command exists.
+func launchEgress() (wait func() error, err error) {
+	wait = func() error { return nil }
+	if len(os.Args) < 2 {
+		return wait, nil
+	}
+	var p sandbox.EgressPorts
+	if err := json.Unmarshal([]byte(os.Args[1]), &p); err != nil {
+		return wait, &sandbox.SetupError{Step: "reading the egress ports", Err: err}
+	}
+	const step = "setting up the egress gateway's sockets and rules"
 	ports := netns.Ports{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
+	if err := egressSockets(ports); err != nil {
+		return wait, &sandbox.SetupError{Step: step, Err: err}
+	}
+	done := make(chan error, 1)
+	go func() { done <- netns.InstallHere(ports) }()
+	return func() error {
+		if err := <-done; err != nil {
+			return &sandbox.SetupError{Step: step, Err: err}
+		}
+		return nil
+	}, nil
+}
+
+// egressSockets creates the gateway's sockets in init's own network namespace and hands them to
+// cordon over the status channel.
+func egressSockets(ports netns.Ports) error {
+	const self = "/proc/self/ns/net"
 	set, err := netns.Listeners(self, ports)
 	if err != nil {
 		return err
 	}
 	defer set.Close()
-	if err := netns.InstallHere(ports); err != nil {
-		return err
-	}
 	files, roles, err := set.Files()
 	if err != nil {
 		return err

@@ -35,14 +35,18 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // there: no disks, no /dev/kmsg, no /dev/mem.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// buildRoot assembles the sandbox's root file system and pivots into it. It runs in init, inside the
-// new user and mount namespaces, and leaves nothing of the host visible but what the spec names.
-func buildRoot(cfg *initConfig) error {
-	spec := &cfg.Spec
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
+// rootStep is one step of building the root, named for error messages.
+type rootStep struct {
+	name string
+	fn   func() error
+}
+
+// buildBase assembles the part of the sandbox's root that is the same for every sandbox: the scratch
+// root it works from, the new root's tmpfs, the system directories, /proc and /dev. It runs in init,
+// inside the new user and mount namespaces, before the config arrives, so that this work overlaps
+// cordon's preparation of the run; buildRoot completes the root from the spec.
+func buildBase() error {
+	return runSteps([]rootStep{
 		{"making mounts private", func() error {
 			return unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 		}},
@@ -67,9 +71,17 @@ func buildRoot(cfg *initConfig) error {
 			return unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
 		}},
 		{"binding system directories", func() error { return bindSystemDirs() }},
-		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
 		{"mounting /proc", func() error { return mountProc() }},
 		{"building /dev", func() error { return buildDev() }},
+	})
+}
+
+// buildRoot completes the root that buildBase began with what the spec names, and pivots into it,
+// leaving nothing of the host visible but what the spec names.
+func buildRoot(cfg *initConfig) error {
+	spec := &cfg.Spec
+	return runSteps([]rootStep{
+		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
 		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec) }},
 		{"masking denied paths", func() error { return maskPaths(spec.Masks) }},
 		{"making workspace paths read-only", func() error { return readOnlyPaths(spec.ReadOnly) }},
@@ -77,7 +89,10 @@ func buildRoot(cfg *initConfig) error {
 			return unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 		}},
 		{"pivoting into the new root", func() error { return enterRoot() }},
-	}
+	})
+}
+
+func runSteps(steps []rootStep) error {
 	for _, s := range steps {
 		if err := s.fn(); err != nil {
 			var se *sandbox.SetupError
@@ -125,6 +140,22 @@ func bindSystemDirs() error {
 // bindMount binds src over dst (created as needed: a directory or an empty file, like src), recursively,
 // and applies read-only (unless writable), nosuid and nodev to the whole subtree at once.
 func bindMount(src, dst string, writable bool) error {
+	if err := bind(src, dst); err != nil {
+		return err
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
+	}
+	return nil
+}
+
+// bind binds src over dst (created as needed: a directory or an empty file, like src), recursively,
+// with the source's own mount attributes; the caller applies the sandbox's.
+func bind(src, dst string) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return err
@@ -134,13 +165,6 @@ func bindMount(src, dst string, writable bool) error {
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", strings.TrimPrefix(src, oldRoot), err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if !writable {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
-		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
 	}
 	return nil
 }
@@ -182,21 +206,36 @@ func buildEtc(entries []etcEntry) error {
 			// A file of this tmpfs bound over one of a host directory bound above, read-only like it.
 			err = bindMount(filepath.Join(etc, e.Target), dst, false)
 		default:
-			err = bindMount(host(filepath.Join("/etc", e.Name)), dst, false)
+			err = bind(host(filepath.Join("/etc", e.Name)), dst)
 		}
 		if err != nil {
 			return fmt.Errorf("/etc/%s: %w", e.Name, err)
 		}
 	}
-	return unix.Mount("", etc, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	// One call seals the tmpfs and every bind beneath it (some forty mounts): read-only, nosuid,
+	// nodev, as bindMount would have made each of them one by one.
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(-1, etc, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr /etc: %w", err)
+	}
+	return nil
 }
 
+// mountProc mounts the sandbox's /proc, and shows it at /proc of the scratch root too: init works
+// there until the final pivot, and needs /proc/self (the gateway's sockets are made in its own
+// network namespace through it). The scratch root is detached at the pivot, and the bind with it.
 func mountProc() error {
 	p := inRoot("/proc")
 	if err := os.Mkdir(p, 0o555); err != nil {
 		return err
 	}
-	return unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if err := unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	if err := os.Mkdir("/proc", 0o555); err != nil {
+		return err
+	}
+	return unix.Mount(p, "/proc", "", unix.MS_BIND, "")
 }
 
 func buildDev() error {
