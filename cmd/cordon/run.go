@@ -66,6 +66,9 @@ func (a *app) cmdRun(args []string) int {
 		}
 		pol.Network.Allow = append(pol.Network.Allow, allow...)
 	}
+	if a.adjustPolicy != nil {
+		a.adjustPolicy(pol)
+	}
 	streams, err := console.Attach(a.stdin, a.stdout, a.stderr)
 	if err != nil {
 		a.errorf("run: %v", err)
