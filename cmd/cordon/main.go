@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/cgroup"
@@ -81,6 +82,8 @@ func main() {
 		os.Exit(linux.InitMain())
 	case len(os.Args) > 0 && os.Args[0] == linux.ReaperArg0:
 		os.Exit(cgroup.ReaperMain())
+	case len(os.Args) > 0 && os.Args[0] == probe.AllocArg0:
+		os.Exit(probe.AllocMain(os.Args[1:]))
 	case len(os.Args) > 0 && os.Args[0] == canary.ProcessArg0:
 		os.Exit(canary.ProcessMain())
 	}

@@ -221,7 +221,7 @@ func hostChecks(results []probe.Result, h hostView) []probe.Result {
 		case r.ID == "net.udp" && len(h.set.UDPSeen()) > 0:
 			r.Status, r.Evidence = probe.Fail, "the host's UDP listener received the probe's datagram from "+strings.Join(h.set.UDPSeen(), ", ")
 		case r.ID == "fs.write-outside" && len(r.Planted) > 0:
-			r.Status, r.Evidence = judgeWrites(r.Planted)
+			r.Status, r.Evidence = judgeWrites(r.Planted, h.set.Nonce())
 		case strings.HasPrefix(r.ID, "persist.") && len(r.Planted) > 0:
 			r.Status, r.Evidence = judgePlant(r.Planted, h, risks, guardErr)
 		}
@@ -230,10 +230,14 @@ func hostChecks(results []probe.Result, h hostView) []probe.Result {
 	return out
 }
 
-// judgeWrites: a file the probe created that exists on the host escaped.
-func judgeWrites(paths []string) (probe.Status, string) {
+// judgeWrites: a file the probe created that exists on the host escaped. The paths come from inside
+// the sandbox, so only names the probe could have chosen are looked at (and removed).
+func judgeWrites(paths []string, nonce string) (probe.Status, string) {
 	var escaped []string
 	for _, p := range paths {
+		if filepath.Base(p) != "cordon-probe-write-"+nonce || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return probe.Fail, fmt.Sprintf("the probe reported a write to %q, which it cannot have chosen: the report is not trustworthy", p)
+		}
 		if _, err := os.Lstat(p); err == nil {
 			escaped = append(escaped, p)
 			os.Remove(p)

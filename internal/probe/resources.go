@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,35 +25,69 @@ func resourceProbes() []Probe {
 	}
 }
 
-// cgroupLimit returns the tightest value of file over this process's cgroup and its ancestors, or
-// math.MaxInt64 when none sets one ("max").
-func cgroupLimit(file string) (int64, string) {
+// AllocArg0 is the argv[0] under which the probe binary runs as res.memory's child: it allocates and
+// touches the bytes given as its argument, so that an out-of-memory kill hits the child, not the probes.
+const AllocArg0 = "cordon-probe-alloc"
+
+// AllocMain is the res.memory child's main.
+func AllocMain(args []string) int {
+	if len(args) != 1 {
+		return 2
+	}
+	n, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || n <= 0 {
+		return 2
+	}
+	b := make([]byte, n)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+		if i%(64<<20) == 0 {
+			fmt.Println("TOUCHED", i)
+		}
+	}
+	fmt.Println("ALLOCATED", len(b))
+	return 0
+}
+
+// unlimited is the value cgroup v1 reports for "no limit" (rounded to a page), and beyond.
+const unlimited = int64(1) << 62
+
+// cgroupLimit returns the tightest value of a controller's limit file over this process's cgroup and
+// its ancestors, in cgroup v2 (file2) or v1 (controller/file1), or math.MaxInt64 when none is visible.
+func cgroupLimit(controller, file2, file1 string) (int64, string) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return math.MaxInt64, ""
 	}
-	var rel string
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			rel = p
-		}
-	}
-	if rel == "" {
-		return math.MaxInt64, ""
-	}
 	best, where := int64(math.MaxInt64), ""
-	for dir := filepath.Join("/sys/fs/cgroup", rel); strings.HasPrefix(dir, "/sys/fs/cgroup"); dir = filepath.Dir(dir) {
-		v, err := os.ReadFile(filepath.Join(dir, file))
-		if err == nil {
-			f := strings.Fields(string(v))
-			if len(f) > 0 && f[0] != "max" {
-				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil && n < best {
-					best, where = n, filepath.Join(dir, file)
+	try := func(root, rel, file string) {
+		for dir := filepath.Join(root, rel); strings.HasPrefix(dir, root); dir = filepath.Dir(dir) {
+			v, err := os.ReadFile(filepath.Join(dir, file))
+			if err == nil {
+				f := strings.Fields(string(v))
+				if len(f) > 0 && f[0] != "max" {
+					if n, err := strconv.ParseInt(f[0], 10, 64); err == nil && n >= 0 && n < unlimited && n < best {
+						best, where = n, filepath.Join(dir, file)
+					}
 				}
 			}
+			if dir == root {
+				break
+			}
 		}
-		if dir == "/sys/fs/cgroup" {
-			break
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			try("/sys/fs/cgroup", parts[2], file2)
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == controller {
+				try("/sys/fs/cgroup/"+parts[1], parts[2], file1)
+			}
 		}
 	}
 	return best, where
@@ -66,40 +101,31 @@ func rlimit(res int) uint64 {
 	return r.Max
 }
 
-// judgeLimit compares the limit found with the one the policy sets (want, zero: none set).
-func judgeLimit(env *Env, what string, found int64, where string, want int64) Verdict {
-	limited := found != math.MaxInt64
-	switch {
-	case env.Canaries.Limits != nil && want == 0:
-		if limited {
-			return skip("the policy sets no %s (found %d from %s)", what, found, where)
-		}
-		return skip("the policy sets no %s: nothing but the host bounds it", what)
-	case !limited:
-		return fail("no %s limit is in force", what)
-	case want > 0 && found > want:
-		return fail("the policy sets %s %d but %d is in force (%s)", what, want, found, where)
+// wanted is the policy's limit when cordon verify passed the policy's limits; ok is false when the
+// probe runs alone.
+func wanted(env *Env, f func(*Limits) int64) (int64, bool) {
+	if env.Canaries.Limits == nil {
+		return 0, false
 	}
-	return pass("%s bounded at %d (%s)", what, found, where)
+	return f(env.Canaries.Limits), true
 }
 
+// spawnCap bounds res.pids' attempt when no policy limit is known: enough to show a limit exists,
+// too few to hurt a host.
+const spawnCap = 256
+
 func resPids(ctx context.Context, env *Env) Verdict {
-	found, where := cgroupLimit("pids.max")
-	if n := rlimit(unix.RLIMIT_NPROC); os.Geteuid() != 0 && n != unix.RLIM_INFINITY && int64(n) < found {
-		found, where = int64(n), "RLIMIT_NPROC"
+	want, known := wanted(env, func(l *Limits) int64 { return l.Pids })
+	if known && want == 0 {
+		return skip("the policy sets no limits.pids: a fork bomb inside is bounded only by the host")
 	}
-	var want int64
-	if env.Canaries.Limits != nil {
-		want = env.Canaries.Limits.Pids
-	}
-	v := judgeLimit(env, "limits.pids", found, where, want)
-	if v.Status != Pass || found > 256 {
-		return v
-	}
-	// Small enough to test without harm: spawn up to the limit plus a few.
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		return v
+		return skip("no sleep binary to spawn")
+	}
+	limit := int64(spawnCap)
+	if want > 0 {
+		limit = want + 8
 	}
 	var started []*exec.Cmd
 	defer func() {
@@ -108,60 +134,93 @@ func resPids(ctx context.Context, env *Env) Verdict {
 			c.Wait()
 		}
 	}()
-	for i := int64(0); i < found+8; i++ {
-		c := exec.CommandContext(ctx, sleep, "5")
-		if c.Start() != nil {
-			return pass("%s; spawning stopped after %d processes", v.Evidence, len(started))
+	for i := int64(0); i < limit; i++ {
+		c := exec.CommandContext(ctx, sleep, "10")
+		if err := c.Start(); err != nil {
+			return pass("spawning stopped after %d processes: %v", len(started), err)
 		}
 		started = append(started, c)
 	}
-	return fail("%s, yet %d processes were spawned", v.Evidence, len(started))
+	if want > 0 {
+		return fail("the policy sets limits.pids %d, yet %d processes were spawned", want, len(started))
+	}
+	return fail("spawned %d processes: no process limit below that", len(started))
 }
 
-func resMemory(_ context.Context, env *Env) Verdict {
-	found, where := cgroupLimit("memory.max")
+// allocCap bounds res.memory's attempt: above it the probe judges from the limit files alone.
+const allocCap = 2 << 30
+
+// allocTimeout bounds res.memory's attempt.
+const allocTimeout = 4 * time.Second
+
+func resMemory(ctx context.Context, env *Env) Verdict {
+	want, known := wanted(env, func(l *Limits) int64 { return l.MemoryBytes })
+	if known && want == 0 {
+		return skip("the policy sets no limits.memory: nothing but the host bounds it")
+	}
+	found, where := cgroupLimit("memory", "memory.max", "memory.limit_in_bytes")
 	if n := rlimit(unix.RLIMIT_AS); n != unix.RLIM_INFINITY && int64(n) < found {
 		found, where = int64(n), "RLIMIT_AS (per process)"
 	}
-	var want int64
-	if env.Canaries.Limits != nil {
-		want = env.Canaries.Limits.MemoryBytes
+	if want > 0 && want <= allocCap {
+		// Allocate a little more than the limit in a child: it must not succeed.
+		// A kernel that reclaims hard before killing can hold the child at the limit for a long time:
+		// the attempt is bounded, and judged by how far it got.
+		size := want + 64<<20
+		actx, cancel := context.WithTimeout(ctx, allocTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(actx, "/proc/self/exe", strconv.FormatInt(size, 10))
+		cmd.Args[0] = AllocArg0
+		out, err := cmd.CombinedOutput()
+		if err == nil && strings.Contains(string(out), "ALLOCATED") {
+			return fail("the policy sets limits.memory %d, yet a process allocated and touched %d bytes", want, size)
+		}
+		reached := "nothing"
+		if i := strings.LastIndex(string(out), "TOUCHED "); i >= 0 {
+			reached = strings.Fields(string(out)[i+len("TOUCHED "):])[0] + " bytes"
+		}
+		if actx.Err() != nil {
+			return pass("a child asking for %d bytes was held at the limit: it had touched %s after %s", size, reached, allocTimeout)
+		}
+		return pass("a child asking for %d bytes was stopped after touching %s: %v", size, reached, err)
 	}
-	return judgeLimit(env, "limits.memory", found, where, want)
+	if found == math.MaxInt64 {
+		if known {
+			return skip("no memory limit is visible from inside, and %d bytes is too much to try", want)
+		}
+		return fail("no memory limit is in force (no cgroup limit visible, no RLIMIT_AS)")
+	}
+	if want > 0 && found > want {
+		return fail("the policy sets limits.memory %d but %d is in force (%s)", want, found, where)
+	}
+	return pass("memory bounded at %d (%s)", found, where)
 }
 
 func resCPU(_ context.Context, env *Env) Verdict {
-	quota, where := cgroupLimit("cpu.max")
-	var want int64
-	if env.Canaries.Limits != nil && env.Canaries.Limits.CPU > 0 {
-		want = 1 // judged below against the quota and period
+	want, known := wanted(env, func(l *Limits) int64 { return int64(l.CPU * 1000) })
+	if known && want == 0 {
+		return skip("the policy sets no limits.cpu: nothing but the host bounds it")
 	}
-	v := judgeLimit(env, "limits.cpu", quota, where, want)
-	if v.Status == Pass && env.Canaries.Limits != nil && env.Canaries.Limits.CPU > 0 {
-		b, _ := os.ReadFile(where)
-		var q, per float64
-		if _, err := fmt.Sscan(string(b), &q, &per); err == nil && per > 0 {
-			if got := q / per; got > env.Canaries.Limits.CPU*1.01 {
-				return fail("the policy sets limits.cpu %.2f but %s allows %.2f", env.Canaries.Limits.CPU, where, got)
-			}
-			return pass("CPU bounded at %.2f cores (%s)", q/per, where)
+	quota, where := cgroupLimit("cpu", "cpu.max", "cpu.cfs_quota_us")
+	if quota == math.MaxInt64 {
+		if known {
+			return skip("the CPU quota is not visible from inside (no cgroup file); it cannot be judged here")
 		}
+		return fail("no CPU limit is in force (no cgroup quota visible)")
 	}
-	if v.Status == Fail && want == 1 && quota != math.MaxInt64 {
-		return pass("CPU bounded (%s)", where)
-	}
-	return v
+	return pass("CPU quota %d (%s)", quota, where)
 }
 
 func resOpenFiles(_ context.Context, env *Env) Verdict {
+	want, known := wanted(env, func(l *Limits) int64 { return int64(l.OpenFiles) })
 	n := rlimit(unix.RLIMIT_NOFILE)
-	found := int64(math.MaxInt64)
-	if n != unix.RLIM_INFINITY && n < math.MaxInt64 {
-		found = int64(n)
+	switch {
+	case known && want == 0:
+		return skip("the policy sets no limits.openFiles (the hard limit here is %d)", n)
+	case n == unix.RLIM_INFINITY:
+		return fail("no open-files limit")
+	case want > 0 && n > uint64(want):
+		return fail("the policy sets limits.openFiles %d but the hard limit is %d", want, n)
 	}
-	var want int64
-	if env.Canaries.Limits != nil {
-		want = int64(env.Canaries.Limits.OpenFiles)
-	}
-	return judgeLimit(env, "limits.openFiles", found, "RLIMIT_NOFILE hard limit", want)
+	return pass("open files bounded at %d (RLIMIT_NOFILE hard limit)", n)
 }

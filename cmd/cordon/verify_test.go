@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/probe"
+	"github.com/cordon-sandbox/cordon/internal/probe/canary"
+)
+
+// scorecard parses `cordon verify|probe --json` output.
+func scorecard(t *testing.T, r result) probe.Scorecard {
+	t.Helper()
+	var sc probe.Scorecard
+	if err := json.Unmarshal([]byte(r.stdout), &sc); err != nil || len(sc.Results) == 0 {
+		t.Fatalf("no scorecard (%v):\n%s", err, r)
+	}
+	return sc
+}
+
+func statuses(sc probe.Scorecard) map[string]probe.Result {
+	m := map[string]probe.Result{}
+	for _, r := range sc.Results {
+		m[r.ID] = r
+	}
+	return m
+}
+
+// requireNoFail asserts a verify run exited 0 with no FAIL row, and that the probes named in mustPass
+// actually passed (a SKIP there would mean verify proved nothing about that boundary).
+func requireNoFail(t *testing.T, r result, mustPass ...string) {
+	t.Helper()
+	sc := scorecard(t, r)
+	for _, res := range sc.Results {
+		if res.Status == probe.Fail {
+			t.Errorf("%s FAILED: %s", res.ID, res.Evidence)
+		}
+	}
+	if r.code != 0 || !sc.OK {
+		t.Fatalf("cordon verify exited %d (ok=%v):\n%s", r.code, sc.OK, r.stderr)
+	}
+	got := statuses(sc)
+	for _, id := range mustPass {
+		if got[id].Status != probe.Pass {
+			t.Errorf("%s: want PASS, got %s (%s)", id, got[id].Status, got[id].Evidence)
+		}
+	}
+}
+
+// Probes that need nothing but the default policy and must pass (not skip) under cordon.
+var defaultMustPass = []string{
+	"fs.secret-direct", "fs.secret-alias", "fs.symlink-escape", "fs.hardlink-escape", "fs.write-outside",
+	"fs.mount", "fs.leaked-fds", "net.loopback", "net.udp", "net.dns-tunnel", "cred.env", "cred.proc-environ",
+	"cred.agent-sockets", "cred.keyring", "proc.host-visible", "proc.signal", "proc.ptrace", "proc.tiocsti",
+	"proc.abstract-unix", "proc.setuid", "proc.userns", "proc.io_uring", "proc.raw-socket",
+	"persist.git-hook", "persist.hooks-path", "persist.envrc", "persist.vscode-tasks",
+}
+
+// TestVerifyDefaultPolicy: cordon verify with the built-in policy finds no escape.
+func TestVerifyDefaultPolicy(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		r := h.cordon(nil, "", "verify", "--json")
+		requireNoFail(t, r, defaultMustPass...)
+		if entries, _ := os.ReadDir(h.home); len(entries) > 3 {
+			t.Errorf("verify left files in the home: %v", entries)
+		}
+	})
+}
+
+// TestVerifyRealisticPolicy: a policy allowing two hosts (pinned to a local upstream) and setting
+// limits; the network probes that misuse an allowed path (CONNECT relays, Host and SNI lies) run.
+func TestVerifyRealisticPolicy(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		port := upstream(t, h.canary)
+		pol := h.policy(fmt.Sprintf(`network:
+  allow:
+    - {host: api.test, ports: [%[1]d]}
+    - {host: code.test, ports: [%[1]d]}
+  hosts: {api.test: 127.0.0.1, code.test: 127.0.0.1}
+limits:
+  memory: 1GiB
+  pids: 64
+  openFiles: 4096
+`, port))
+		r := h.cordon(nil, "", "verify", "--json", "--policy", pol)
+		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "res.pids", "res.memory", "res.open-files")...)
+		if !strings.Contains(r.stdout, "UPSTREAM") && !strings.Contains(statuses(scorecard(t, r))["net.host-mismatch"].Evidence, "200") {
+			t.Errorf("net.host-mismatch never reached the allowed upstream, so it proved nothing:\n%s", r.stdout)
+		}
+	})
+}
+
+// TestVerifyTableAndExit: the human table lists every probe with a verdict and the scores.
+func TestVerifyTableAndExit(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		r := h.cordon(nil, "", "verify")
+		if r.code != 0 || !strings.Contains(r.stdout, "persist.envrc") || !strings.Contains(r.stdout, "no probe escaped") || !strings.Contains(r.stdout, "processes") {
+			t.Fatalf("%s", r)
+		}
+	})
+}
+
+// TestProbeUnsandboxedFails runs the probes on the bare host with canaries planted: they must fail,
+// with evidence. This is what proves each probe can fail.
+func TestProbeUnsandboxedFails(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		set, err := canary.Plant(canary.Options{Home: h.home, Dir: h.base, Exe: cordonBin, WriteDirs: []string{h.home}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+		c := set.Coordinates()
+		// The caller owns its home's files; the canaries were planted by the test (root).
+		os.Chown(c.SecretFile.Path, h.who.uid, h.who.gid)
+		os.Chown(set.AgentSocket(), h.who.uid, h.who.gid)
+		js, _ := json.Marshal(c)
+		r := run(t, h.command([]string{set.EnvVar(), "SSH_AUTH_SOCK=" + set.AgentSocket()}, cordonBin, "probe", "--json", "--canaries", string(js)), "")
+		if r.code != 1 {
+			t.Fatalf("cordon probe on the bare host exited %d, want 1:\n%s", r.code, r)
+		}
+		got := statuses(scorecard(t, r))
+		mustFail := []string{"fs.secret-direct", "fs.secret-alias", "fs.symlink-escape", "fs.write-outside", "net.loopback", "net.udp",
+			"net.dns-tunnel", "cred.env", "cred.agent-sockets", "cred.keyring", "proc.host-visible", "proc.abstract-unix", "proc.setuid", "res.memory", "res.cpu"}
+		if h.who.uid == 0 {
+			// The canary process runs as root: only root reads its environment and signals it. Root
+			// may also mount, open raw sockets and push input into terminals.
+			mustFail = append(mustFail, "cred.proc-environ", "proc.signal", "fs.mount", "proc.raw-socket", "proc.tiocsti", "proc.ptrace", "proc.io_uring", "proc.userns")
+		}
+		for _, id := range mustFail {
+			if res := got[id]; res.Status != probe.Fail || res.Evidence == "" {
+				t.Errorf("%s on the bare host: want FAIL with evidence, got %s (%s)", id, res.Status, res.Evidence)
+			}
+		}
+		if _, err := os.Stat(c.SecretFile.Path); err != nil {
+			t.Errorf("the probe disturbed the canary: %v", err)
+		}
+	})
+}
