@@ -139,3 +139,28 @@ func TestProbeUnsandboxedFails(t *testing.T) {
 		}
 	})
 }
+
+// TestVerifyDistrustsReportedPaths: the report comes from inside, so a path the probe cannot have
+// chosen is a failure and is never touched on the host.
+func TestVerifyDistrustsReportedPaths(t *testing.T) {
+	victim := t.TempDir() + "/precious"
+	if err := os.WriteFile(victim, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, ev := judgeWrites([]string{victim}, "abc")
+	if st != probe.Fail || !strings.Contains(ev, "cannot have chosen") {
+		t.Fatalf("got %s %s", st, ev)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatal("verify removed a host file named by the report")
+	}
+	// Control: a path the probe would choose, present on the host, is an escape (and is removed).
+	planted := t.TempDir() + "/cordon-probe-write-abc"
+	os.WriteFile(planted, nil, 0o600)
+	if st, _ := judgeWrites([]string{planted}, "abc"); st != probe.Fail {
+		t.Fatalf("a write that reached the host passed")
+	}
+	if st, _ := judgeWrites([]string{planted}, "abc"); st != probe.Pass {
+		t.Fatalf("a write that stayed inside failed")
+	}
+}
