@@ -82,6 +82,7 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	defer set.Close()
 	coords := set.Coordinates()
 	coords.Allowed = allowed
+	coords.AllowNesting = pol.Sandbox.AllowNesting
 	coords.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
 	for _, c := range pol.Credentials {
 		coords.Placeholders = append(coords.Placeholders, probe.Named{Name: c.Name})
@@ -125,6 +126,13 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	code := child.cmdRun(runArgs)
 	report, _ := os.ReadFile(out.Name())
 	runErr, _ := os.ReadFile(errOut.Name())
+	// What cordon run warned about (a limit degraded to an rlimit, a path not mounted) matters to
+	// whoever reads the scorecard.
+	for _, line := range strings.Split(string(runErr), "\n") {
+		if strings.HasPrefix(line, "cordon: warning: ") {
+			fmt.Fprintln(a.stderr, line)
+		}
+	}
 	sc, err := probe.ReadJSON(report)
 	if err != nil {
 		return probe.Scorecard{}, fmt.Errorf("the probes did not report (cordon run exited %d): %w\n%s", code, err, bytes.TrimSpace(runErr))

@@ -419,6 +419,11 @@ func netHostMismatch(ctx context.Context, env *Env) Verdict {
 			notes = append(notes, fmt.Sprintf("%s does not answer plain HTTP (%s)", addr, shortErr(err)))
 			continue
 		}
+		if refusal(control) {
+			// A refusal cannot be told from the gateway's own: comparing it proves nothing.
+			notes = append(notes, fmt.Sprintf("%s refuses even its own name (%q)", addr, control))
+			continue
+		}
 		lie := deniedName(env, "host")
 		got, err := statusLine(ctx, addr, lie)
 		if err == nil && got == control {
@@ -427,6 +432,19 @@ func netHostMismatch(ctx context.Context, env *Env) Verdict {
 		return pass("%s answered %q for its own name, and %s for Host %s", addr, control, errOr(err, strconv.Quote(got)), lie)
 	}
 	return skip("%s", strings.Join(notes, "; "))
+}
+
+// refusal reports whether a status line is one a gateway or proxy answers with when it refuses.
+func refusal(status string) bool {
+	f := strings.Fields(status)
+	if len(f) < 2 {
+		return true
+	}
+	switch f[1] {
+	case "403", "407", "502", "503", "504":
+		return true
+	}
+	return false
 }
 
 // countingConn counts the bytes a server sends.

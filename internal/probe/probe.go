@@ -129,6 +129,9 @@ type Canaries struct {
 	Allowed []Endpoint `json:"allowed,omitempty"`
 	// Limits are the limits the policy sets; a resource probe checks each is in force.
 	Limits *Limits `json:"limits,omitempty"`
+	// AllowNesting says the policy permits user namespaces inside (sandbox.allowNesting), so one
+	// being created is the policy's choice, not an escape.
+	AllowNesting bool `json:"allow_nesting,omitempty"`
 	// Placeholders are credential placeholders the policy injects. TODO(creds): once cordon run
 	// supports credentials, a probe sends each to a non-bound host and asserts it arrives unchanged.
 	Placeholders []Named `json:"placeholders,omitempty"`
