@@ -115,6 +115,9 @@ func wanted(env *Env, f func(*Limits) int64) (int64, bool) {
 // still hurts the host.
 const pidsBound = 4096
 
+// spawnTimeout bounds res.pids' attempt, inside the runner's timeout.
+const spawnTimeout = 6 * time.Second
+
 func resPids(ctx context.Context, env *Env) Verdict {
 	want, known := wanted(env, func(l *Limits) int64 { return l.Pids })
 	if known && want == 0 {
@@ -146,7 +149,11 @@ func resPids(ctx context.Context, env *Env) Verdict {
 			c.Wait()
 		}
 	}()
+	deadline := time.Now().Add(spawnTimeout)
 	for i := int64(0); i < min(want, pidsBound)+8; i++ {
+		if time.Now().After(deadline) {
+			return skip("too slow to judge here: %d processes spawned in %s, short of the limit %d", len(started), spawnTimeout, want)
+		}
 		c := exec.CommandContext(ctx, sleep, "10")
 		if err := c.Start(); err != nil {
 			return pass("spawning stopped after %d processes: %v", len(started), err)
