@@ -160,6 +160,10 @@ func available(e *env) []tool {
 		tools = append(tools, tool{name: "srt (sandbox-runtime)", note: "its HTTP proxy on the host, domain allowlist", netHost: "localhost",
 			wrap: func(a []string) []string { return append([]string{"srt", "--settings", none}, a...) },
 			wrapNet: func(a []string, _ string) ([]string, []string) {
+				// srt sets no_proxy=localhost,…: make curl use its proxy anyway.
+				if len(a) > 0 && a[0] == "curl" {
+					a = append([]string{"curl", "--noproxy", ""}, a[1:]...)
+				}
 				return append([]string{"srt", "--settings", local}, a...), nil
 			}})
 	} else {

@@ -144,11 +144,13 @@ type Secret struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Process is the host canary process.
+// Process is the host canary process. It is recognised by the sha256 of one of its arguments, not
+// the argument itself, so that the probe's own command line (and its parents', which carry these
+// coordinates) cannot match.
 type Process struct {
-	PID    int    `json:"pid"`
-	Marker string `json:"marker"`
-	Env    Secret `json:"env"`
+	PID          int    `json:"pid"`
+	MarkerSHA256 string `json:"marker_sha256"`
+	Env          Secret `json:"env"`
 }
 
 // Listener is the host's canary listener: Addrs are the host's own addresses (loopback included).

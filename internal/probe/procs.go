@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,7 +33,7 @@ func processProbes() []Probe {
 	}
 }
 
-// findMarker returns the pids whose command line contains marker.
+// findMarker returns the pids with an argument whose sha256 is marker.
 func findMarker(marker string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
@@ -42,12 +43,24 @@ func findMarker(marker string) []int {
 		if err != nil || pid == self {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(marker)) {
+		if hasMarker(pid, marker) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+func hasMarker(pid int, marker string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	for _, arg := range bytes.Split(b, []byte{0}) {
+		if Sum(arg) == marker {
+			return true
+		}
+	}
+	return false
 }
 
 func procHostVisible(_ context.Context, env *Env) Verdict {
@@ -55,7 +68,7 @@ func procHostVisible(_ context.Context, env *Env) Verdict {
 	if p == nil {
 		return skip("no process canary given (cordon verify starts one)")
 	}
-	if pids := findMarker(p.Marker); len(pids) > 0 {
+	if pids := findMarker(p.MarkerSHA256); len(pids) > 0 {
 		return fail("the host's canary process is visible as pid %v", pids)
 	}
 	return pass("no process with the canary's command line in /proc")
@@ -64,8 +77,8 @@ func procHostVisible(_ context.Context, env *Env) Verdict {
 // canaryPIDs are the pids under which the host canary process may be reached: those found by its
 // command line, and its host pid if that pid shows the marker here.
 func canaryPIDs(p *Process) []int {
-	pids := findMarker(p.Marker)
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID)); err == nil && bytes.Contains(b, []byte(p.Marker)) {
+	pids := findMarker(p.MarkerSHA256)
+	if !slices.Contains(pids, p.PID) && hasMarker(p.PID, p.MarkerSHA256) {
 		pids = append(pids, p.PID)
 	}
 	return pids

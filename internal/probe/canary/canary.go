@@ -180,7 +180,7 @@ func (s *Set) process(o Options) error {
 		return fmt.Errorf("canary: starting the canary process: %w", err)
 	}
 	s.closers = append(s.closers, func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	s.coords.Process = &probe.Process{PID: cmd.Process.Pid, Marker: marker, Env: probe.Secret{Name: ProcessEnvName, SHA256: probe.Sum([]byte(token))}}
+	s.coords.Process = &probe.Process{PID: cmd.Process.Pid, MarkerSHA256: probe.Sum([]byte(marker)), Env: probe.Secret{Name: ProcessEnvName, SHA256: probe.Sum([]byte(token))}}
 	return nil
 }
 

@@ -69,7 +69,7 @@ func TestPlantGivesAwayOnlyHashesAndCleansUp(t *testing.T) {
 		t.Error("the abstract socket survived Close")
 	}
 	if _, err := os.Stat("/proc/" + strconv.Itoa(c.Process.PID) + "/environ"); err == nil {
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Process.PID) + "/cmdline"); strings.Contains(string(b), c.Process.Marker) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Process.PID) + "/cmdline"); strings.Contains(string(b), "cordon-canary-"+set.Nonce()) {
 			t.Error("the canary process survived Close")
 		}
 	}
