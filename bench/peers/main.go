@@ -77,25 +77,23 @@ func main() {
 	// Start latency, interleaved.
 	truePath, _ := exec.LookPath("true")
 	lat := map[string][]time.Duration{}
-	rss := map[string]int64{}
 	all := append([]tool{{name: "none (fork/exec)", wrap: func(a []string) []string { return a }}}, tools...)
 	for i := 0; i < *n; i++ {
 		for _, t := range all {
-			d, maxrss, err := timed(e, t.wrap([]string{truePath}), nil)
+			d, err := timed(e, t.wrap([]string{truePath}))
 			if err != nil {
 				fmt.Printf("%s: true failed: %v\n", t.name, err)
 				continue
 			}
 			lat[t.name] = append(lat[t.name], d)
-			rss[t.name] = max(rss[t.name], maxrss)
 		}
 	}
-	fmt.Println("| tool | start `true` (median) | ratio to fork/exec | peak RSS of the launched process |")
+	fmt.Println("| tool | start `true` (median) | ratio to fork/exec | peak RSS of the tool's own processes |")
 	fmt.Println("|---|---|---|---|")
 	baseMed := median(lat["none (fork/exec)"])
 	for _, t := range all {
 		m := median(lat[t.name])
-		fmt.Printf("| %s | %.1f ms | %.1fx | %.1f MiB |\n", t.name, ms(m), float64(m)/float64(baseMed), float64(rss[t.name])/1024)
+		fmt.Printf("| %s | %.1f ms | %.1fx | %.1f MiB |\n", t.name, ms(m), float64(m)/float64(baseMed), float64(peakRSS(e, t))/1024)
 	}
 
 	// Throughput through each tool's egress path.
@@ -158,13 +156,13 @@ func available(e *env) []tool {
 		}
 		none, local := settings([]string{}), settings([]string{"localhost"})
 		tools = append(tools, tool{name: "srt (sandbox-runtime)", note: "its HTTP proxy on the host, domain allowlist", netHost: "localhost",
-			wrap: func(a []string) []string { return append([]string{"srt", "--settings", none}, a...) },
+			wrap: func(a []string) []string { return append([]string{"srt", "--settings", none, "--"}, a...) },
 			wrapNet: func(a []string, _ string) ([]string, []string) {
 				// srt sets no_proxy=localhost,…: make curl use its proxy anyway.
 				if len(a) > 0 && a[0] == "curl" {
 					a = append([]string{"curl", "--noproxy", ""}, a[1:]...)
 				}
-				return append([]string{"srt", "--settings", local}, a...), nil
+				return append([]string{"srt", "--settings", local, "--"}, a...), nil
 			}})
 	} else {
 		fmt.Println("srt not installed (npm install -g @anthropic-ai/sandbox-runtime): skipped")
@@ -181,18 +179,77 @@ func available(e *env) []tool {
 	return tools
 }
 
-// timed runs argv and returns its wall time and the launched process's peak RSS (KiB).
-func timed(e *env, argv []string, extraEnv []string) (time.Duration, int64, error) {
+// timed runs argv and returns its wall time.
+func timed(e *env, argv []string) (time.Duration, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = e.project
-	cmd.Env = append(os.Environ(), extraEnv...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	d := time.Since(start)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		return 0, fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
 	}
-	return d, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss, nil
+	return d, nil
+}
+
+// peakRSS runs `sleep 2` in the tool and samples the summed RSS (KiB) of the launched process and
+// all its descendants but the sleep itself: the memory the sandbox costs around a command.
+func peakRSS(e *env, t tool) int64 {
+	var peak int64
+	for range 3 {
+		argv := t.wrap([]string{"sleep", "2"})
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = e.project
+		if cmd.Start() != nil {
+			return 0
+		}
+		for deadline := time.Now().Add(1800 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			peak = max(peak, treeRSS(cmd.Process.Pid))
+		}
+		cmd.Wait()
+	}
+	return peak
+}
+
+// treeRSS sums VmRSS over pid and its descendants, leaving out processes named sleep.
+func treeRSS(root int) int64 {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, en := range ents {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + en.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses and may contain spaces.
+		if i := bytes.LastIndexByte(b, ')'); i > 0 {
+			f := strings.Fields(string(b[i+1:]))
+			if len(f) > 1 {
+				ppid, _ := strconv.Atoi(f[1])
+				children[ppid] = append(children[ppid], pid)
+			}
+		}
+	}
+	var sum int64
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = append(queue[1:], children[pid]...)
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || strings.Contains(string(st), "Name:\tsleep\n") {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				sum += kb
+			}
+		}
+	}
+	return sum
 }
 
 // download fetches the payload with curl through wrap from host (the name the tool's egress allows)

@@ -178,21 +178,21 @@ func writeOutside(_ context.Context, env *Env) Verdict {
 		if ok, _ := readSecret(s.Path, s.SHA256); ok {
 			for _, p := range written {
 				if filepath.Dir(p) == filepath.Dir(s.Path) {
-					cleanup(env, written)
+					cleanup(written)
 					return fail("created %s beside the host's secret file: the write reached the host", p)
 				}
 			}
 		}
 	}
 	if env.Canaries.Nonce == "" {
-		cleanup(env, written)
+		cleanup(written)
 		return skip("created %s; this may be a private copy, and only the host can tell (cordon verify checks)", strings.Join(written, ", "))
 	}
 	return Verdict{Status: Skip, Evidence: "created " + strings.Join(written, ", ") + "; the host decides whether they escaped", Planted: written}
 }
 
 // cleanup removes what a probe wrote when no host will check it.
-func cleanup(env *Env, paths []string) {
+func cleanup(paths []string) {
 	for _, p := range paths {
 		os.Remove(p)
 	}
