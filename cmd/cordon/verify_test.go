@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
 // scorecard parses `cordon verify|probe --json` output.
@@ -179,4 +181,29 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestVerifyJudgesPlants: a planted file counts as caught only when it is not in the real project and
+// the workspace guard flags it.
+func TestVerifyJudgesPlants(t *testing.T) {
+	project := t.TempDir()
+	planted := project + "/.envrc"
+	h := hostView{project: project}
+	risks := []workspace.Risk{{Path: ".envrc", Reason: "direnv runs it"}}
+	if st, ev := judgePlant([]string{planted}, h, risks, nil); st != probe.Pass {
+		t.Fatalf("flagged and not in the project: got %s %s", st, ev)
+	}
+	if st, _ := judgePlant([]string{planted}, h, nil, nil); st != probe.Fail {
+		t.Fatal("a plant the guard does not flag passed")
+	}
+	if st, _ := judgePlant([]string{planted}, h, risks, errors.New("no run")); st != probe.Fail {
+		t.Fatal("a plant passed without asking the guard")
+	}
+	if st, _ := judgePlant([]string{"/etc/x"}, h, risks, nil); st != probe.Fail {
+		t.Fatal("a plant outside the project passed")
+	}
+	os.WriteFile(planted, nil, 0o644)
+	if st, ev := judgePlant([]string{planted}, h, risks, nil); st != probe.Fail || !strings.Contains(ev, "real project") {
+		t.Fatalf("a plant that reached the project: got %s %s", st, ev)
+	}
 }
