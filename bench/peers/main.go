@@ -261,9 +261,11 @@ func download(e *env, wrap func([]string, string) ([]string, []string), host str
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = e.project
 		cmd.Env = append(os.Environ(), extra...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "%s: download failed: %v\n", argv[0], err)
+			fmt.Fprintf(os.Stderr, "%s: download failed: %v: %s\n", argv[0], err, bytes.TrimSpace(stderr.Bytes()))
 			return 0
 		}
 		f := strings.Fields(string(out))

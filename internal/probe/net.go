@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -310,22 +312,33 @@ func netNameToLoopback(ctx context.Context, env *Env) Verdict {
 	return pass("%s", strings.Join(tried, "; "))
 }
 
-// proxyAddr is the explicit proxy the environment names, if any.
-func proxyAddr() string {
+// explicitProxy is the HTTP proxy the environment names, if any: its address and, when the URL
+// carries credentials, the Proxy-Authorization header value.
+func explicitProxy() (addr, auth string) {
 	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
 		v := os.Getenv(k)
 		if v == "" {
 			continue
 		}
-		v = strings.TrimPrefix(strings.TrimPrefix(v, "http://"), "https://")
-		return strings.TrimSuffix(v, "/")
+		if !strings.Contains(v, "://") {
+			v = "http://" + v
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))
+		}
+		return u.Host, auth
 	}
-	return ""
+	return "", ""
 }
 
 // connectThrough asks the HTTP proxy at via to CONNECT to target and reports whether the tunnel
 // carried the host listener's greeting.
-func connectThrough(ctx context.Context, via, target, want string) (bool, string) {
+func connectThrough(ctx context.Context, via, auth, target, want string) (bool, string) {
 	d := net.Dialer{Timeout: attemptTimeout}
 	c, err := d.DialContext(ctx, "tcp", via)
 	if err != nil {
@@ -333,7 +346,11 @@ func connectThrough(ctx context.Context, via, target, want string) (bool, string
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * attemptTimeout))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	hdr := ""
+	if auth != "" {
+		hdr = "Proxy-Authorization: " + auth + "\r\n"
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, hdr)
 	br := bufio.NewReader(c)
 	status, err := br.ReadString('\n')
 	if err != nil {
@@ -363,25 +380,26 @@ func netConnectRelay(ctx context.Context, env *Env) Verdict {
 	if l == nil {
 		return skip("no host listener canary given (cordon verify plants one)")
 	}
-	var vias []string
-	if p := proxyAddr(); p != "" {
-		vias = append(vias, p)
+	type via struct{ addr, auth string }
+	var vias []via
+	if p, auth := explicitProxy(); p != "" {
+		vias = append(vias, via{p, auth})
 	}
 	for _, e := range env.Canaries.Allowed {
-		vias = append(vias, net.JoinHostPort(e.Host, strconv.Itoa(e.Port)))
+		vias = append(vias, via{net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), ""})
 	}
 	if len(vias) == 0 {
 		return skip("no proxy in the environment and no allowed host to relay through")
 	}
 	targets := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Port)), net.JoinHostPort("localhost", strconv.Itoa(l.Port))}
 	var tried []string
-	for _, via := range vias {
+	for _, v := range vias {
 		for _, t := range targets {
-			ok, why := connectThrough(ctx, via, t, l.SHA256)
+			ok, why := connectThrough(ctx, v.addr, v.auth, t, l.SHA256)
 			if ok {
-				return fail("CONNECT %s through %s reached the host's listener", t, via)
+				return fail("CONNECT %s through %s reached the host's listener", t, v.addr)
 			}
-			tried = append(tried, fmt.Sprintf("via %s to %s: %s", via, t, why))
+			tried = append(tried, fmt.Sprintf("via %s to %s: %s", v.addr, t, why))
 		}
 	}
 	return pass("%s", strings.Join(tried, "; "))
