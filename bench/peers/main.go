@@ -96,17 +96,30 @@ func main() {
 		fmt.Printf("| %s | %.1f ms | %.1fx | %.1f MiB |\n", t.name, ms(m), float64(m)/float64(baseMed), float64(peakRSS(e, t))/1024)
 	}
 
-	// Throughput through each tool's egress path.
-	fmt.Println("\n| tool | egress path | download MB/s | ratio to unsandboxed |")
+	// Throughput through each tool's egress path: rounds interleaved, median of each.
+	fmt.Println("\n| tool | egress path | download MB/s (median of 5) | ratio to unsandboxed |")
 	fmt.Println("|---|---|---|---|")
-	plain := download(e, func(a []string, _ string) ([]string, []string) { return a, nil }, "127.0.0.1")
-	fmt.Printf("| none | direct | %.0f | 1 |\n", plain)
-	for _, t := range tools {
-		if t.wrapNet == nil {
-			continue
+	direct := tool{name: "none", note: "direct", wrapNet: func(a []string, _ string) ([]string, []string) { return a, nil }}
+	var netTools []tool
+	for _, t := range append([]tool{direct}, tools...) {
+		if t.wrapNet != nil {
+			netTools = append(netTools, t)
 		}
-		mbs := download(e, t.wrapNet, cmp.Or(t.netHost, "127.0.0.1"))
-		fmt.Printf("| %s | %s | %.0f | %.2f |\n", t.name, t.note, mbs, mbs/plain)
+	}
+	speeds := map[string][]float64{}
+	for range 5 {
+		for _, t := range netTools {
+			if v, err := download(e, t.wrapNet, cmp.Or(t.netHost, "127.0.0.1")); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", t.name, err)
+			} else {
+				speeds[t.name] = append(speeds[t.name], v)
+			}
+		}
+	}
+	plain := medianF(speeds["none"])
+	for _, t := range netTools {
+		m := medianF(speeds[t.name])
+		fmt.Printf("| %s | %s | %.0f | %.2f |\n", t.name, t.note, m, m/plain)
 	}
 
 	// The probes inside each.
@@ -252,30 +265,34 @@ func treeRSS(root int) int64 {
 	return sum
 }
 
-// download fetches the payload with curl through wrap from host (the name the tool's egress allows)
-// and returns MB/s (best of three).
-func download(e *env, wrap func([]string, string) ([]string, []string), host string) float64 {
-	best := 0.0
-	for i := 0; i < 3; i++ {
-		argv, extra := wrap([]string{"curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", fmt.Sprintf("http://%s:%d/", host, e.upstreamPort)}, host)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = e.project
-		cmd.Env = append(os.Environ(), extra...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "%s: download failed: %v: %s\n", argv[0], err, bytes.TrimSpace(stderr.Bytes()))
-			return 0
-		}
-		f := strings.Fields(string(out))
-		if len(f) == 0 {
-			return 0
-		}
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		best = max(best, v/1e6)
+// download fetches the payload once with curl through wrap from host (the name the tool's egress
+// allows) and returns MB/s.
+func download(e *env, wrap func([]string, string) ([]string, []string), host string) (float64, error) {
+	argv, extra := wrap([]string{"curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download}", fmt.Sprintf("http://%s:%d/", host, e.upstreamPort)}, host)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = e.project
+	cmd.Env = append(os.Environ(), extra...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("download failed: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return best
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("curl printed no speed")
+	}
+	v, err := strconv.ParseFloat(f[len(f)-1], 64)
+	return v / 1e6, err
+}
+
+func medianF(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // scores runs the probes inside each tool against canaries planted for the occasion, and prints the
