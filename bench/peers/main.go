@@ -61,6 +61,8 @@ func main() {
 	check(err)
 	defer os.RemoveAll(base)
 	e := &env{cordon: cordon, base: base, project: filepath.Join(base, "project"), home: os.Getenv("HOME")}
+	// cordon's runs go to a state directory of their own, removed with the rest.
+	check(os.Setenv("XDG_STATE_HOME", filepath.Join(base, "state")))
 	check(os.MkdirAll(filepath.Join(e.project, ".git", "hooks"), 0o755))
 	check(os.WriteFile(filepath.Join(e.project, ".git", "config"), []byte("[core]\n"), 0o644))
 
