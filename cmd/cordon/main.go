@@ -13,6 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/probe"
+	"github.com/cordon-sandbox/cordon/internal/probe/canary"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/cgroup"
 )
@@ -41,6 +44,9 @@ type app struct {
 	stdin, stdout, stderr *os.File
 	env                   []string
 	uid                   int
+	// adjustPolicy, when set, changes the loaded policy before a run uses it: cordon verify makes
+	// its own binary visible inside and points DNS at its canary resolver.
+	adjustPolicy func(*policy.Policy)
 }
 
 func commands() []command {
@@ -53,6 +59,8 @@ func commands() []command {
 		{"export", "export --branch NAME RUN", "commit a run's changes on a new branch of the project", (*app).cmdExport},
 		{"discard", "discard RUN", "throw a run's changes away", (*app).cmdDiscard},
 		{"gc", "gc [--older-than 7d]", "remove applied and discarded runs", (*app).cmdGC},
+		{"verify", "verify [--policy FILE] [--json]", "start a real sandbox with the policy and attack it from inside: a scorecard", (*app).cmdVerify},
+		{"probe", "probe [--json] [--canaries JSON]", "run the escape probes here, inside any sandbox: a scorecard", (*app).cmdProbe},
 		{"doctor", "doctor", "say what this host supports, one line each", (*app).cmdDoctor},
 		{"policy", "policy check [FILE]", "validate a policy and print the effective policy", (*app).cmdPolicy},
 		{"version", "version", "print cordon's version", (*app).cmdVersion},
@@ -74,6 +82,10 @@ func main() {
 		os.Exit(linux.InitMain())
 	case len(os.Args) > 0 && os.Args[0] == linux.ReaperArg0:
 		os.Exit(cgroup.ReaperMain())
+	case len(os.Args) > 0 && os.Args[0] == probe.AllocArg0:
+		os.Exit(probe.AllocMain(os.Args[1:]))
+	case len(os.Args) > 0 && os.Args[0] == canary.ProcessArg0:
+		os.Exit(canary.ProcessMain())
 	}
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, env: os.Environ(), uid: os.Getuid()}
 	os.Exit(a.main(os.Args[1:]))

@@ -66,6 +66,9 @@ func (a *app) cmdRun(args []string) int {
 		}
 		pol.Network.Allow = append(pol.Network.Allow, allow...)
 	}
+	if a.adjustPolicy != nil {
+		a.adjustPolicy(pol)
+	}
 	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
 	// terminal; what they mint is revoked on every way out.
 	credSet, err := a.prepareCredentials(context.Background(), pol)

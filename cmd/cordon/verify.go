@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/probe"
+	"github.com/cordon-sandbox/cordon/internal/probe/canary"
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
+)
+
+const verifyUsage = "verify [--policy FILE] [--json]"
+
+// gitConfig is the throwaway project's .git/config; verify compares it afterwards.
+const gitConfig = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+
+// cmdVerify tests the boundary the user actually has: it plants canaries on the host, starts a real
+// sandbox with the policy (through the same code path as cordon run) whose command is this binary's
+// probe suite, then adds what only the host can judge (did a planted file reach the project, does the
+// workspace guard flag it, did the DNS canary see a query) to one scorecard. It exits 1 when any
+// probe failed, 125 when the sandbox could not be started.
+func (a *app) cmdVerify(args []string) int {
+	fl := a.flags("verify", verifyUsage)
+	policyFlag := fl.String("policy", "", "policy `file` to verify (default: the one cordon run would use)")
+	asJSON := fl.Bool("json", false, "write the scorecard as JSON")
+	if code, ok := a.parse(fl, verifyUsage, args); !ok {
+		return code
+	}
+	if fl.NArg() > 0 {
+		a.errorf("verify: unexpected argument %q (usage: cordon %s)", fl.Arg(0), verifyUsage)
+		return exitUsage
+	}
+	sc, err := a.verify(*policyFlag)
+	if err != nil {
+		a.errorf("verify: %v", err)
+		return exitCordon
+	}
+	return a.writeScorecard(sc, *asJSON)
+}
+
+func (a *app) verify(policyPath string) (probe.Scorecard, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return probe.Scorecard{}, fmt.Errorf("finding cordon's own binary: %w", err)
+	}
+	base, err := os.MkdirTemp("", "cordon-verify-")
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	defer os.RemoveAll(base)
+	project := filepath.Join(base, "project")
+	if err := makeProject(project); err != nil {
+		return probe.Scorecard{}, fmt.Errorf("preparing a project: %w", err)
+	}
+	pol, err := a.loadPolicy(policyPath, project)
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	allowed, extraPorts := allowedEndpoints(pol)
+	home := a.getenv("HOME")
+	writeDirs := []string{base}
+	if fi, err := os.Stat(home); err == nil && fi.IsDir() {
+		writeDirs = append([]string{home}, writeDirs...)
+	} else {
+		home = ""
+	}
+	set, err := canary.Plant(canary.Options{Home: home, Dir: base, Exe: exe, ExtraPorts: extraPorts, WriteDirs: writeDirs})
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	defer set.Close()
+	coords := set.Coordinates()
+	coords.Allowed = allowed
+	coords.AllowNesting = pol.Sandbox.AllowNesting
+	coords.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
+	for _, c := range pol.Credentials {
+		coords.Placeholders = append(coords.Placeholders, probe.Named{Name: c.Name})
+	}
+	coordsJSON, err := json.Marshal(coords)
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+
+	out, err := os.Create(filepath.Join(base, "probe.out"))
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	defer out.Close()
+	errOut, err := os.Create(filepath.Join(base, "run.err"))
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	defer errOut.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return probe.Scorecard{}, err
+	}
+	defer devnull.Close()
+	env := slices.DeleteFunc(slices.Clone(a.env), func(kv string) bool { return strings.HasPrefix(kv, "SSH_AUTH_SOCK=") })
+	child := &app{stdin: devnull, stdout: out, stderr: errOut, uid: a.uid,
+		env: append(env, set.EnvVar(), "SSH_AUTH_SOCK="+set.AgentSocket()),
+		adjustPolicy: func(p *policy.Policy) {
+			// The probes are this binary: visible read-only at its own path, nothing beside it.
+			p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, exe)
+			if p.Network != nil {
+				p.Network.DNS.Upstream = []netip.AddrPort{set.DNSAddr()}
+			}
+		},
+	}
+	runArgs := []string{"--workspace", project}
+	if policyPath != "" {
+		runArgs = append(runArgs, "--policy", policyPath)
+	}
+	runArgs = append(runArgs, "--", exe, "probe", "--json", "--canaries", string(coordsJSON))
+	code := child.cmdRun(runArgs)
+	report, _ := os.ReadFile(out.Name())
+	runErr, _ := os.ReadFile(errOut.Name())
+	// What cordon run warned about (a limit degraded to an rlimit, a path not mounted) matters to
+	// whoever reads the scorecard.
+	for _, line := range strings.Split(string(runErr), "\n") {
+		if strings.HasPrefix(line, "cordon: warning: ") {
+			fmt.Fprintln(a.stderr, line)
+		}
+	}
+	sc, err := probe.ReadJSON(report)
+	if err != nil {
+		return probe.Scorecard{}, fmt.Errorf("the probes did not report (cordon run exited %d): %w\n%s", code, err, bytes.TrimSpace(runErr))
+	}
+	run := a.findRun(set.Nonce())
+	if run != nil {
+		defer runstate.RemoveAll(run.Dir)
+	}
+	results := hostChecks(sc.Results, hostView{project: project, run: run, set: set})
+	return probe.NewScorecard(results), nil
+}
+
+// makeProject creates a small git-shaped project for the run: the persistence probes plant into it.
+func makeProject(dir string) error {
+	for _, d := range []string{".git/hooks", ".git/objects", ".git/refs/heads"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for name, content := range map[string]string{
+		".git/HEAD":   "ref: refs/heads/main\n",
+		".git/config": gitConfig,
+		"README":      "a throwaway project for cordon verify\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allowedEndpoints lists the policy's literal allowed host:port pairs, and the ports of those that
+// DNS resolves (not pinned by network.hosts), on which the canary listens on loopback so that a
+// name resolved to loopback would be caught.
+func allowedEndpoints(pol *policy.Policy) ([]probe.Endpoint, []int) {
+	if pol.Network == nil {
+		return nil, nil
+	}
+	var eps []probe.Endpoint
+	var ports []int
+	for _, e := range pol.Network.Allow {
+		if strings.Contains(e.Host, "*") {
+			continue
+		}
+		ps := e.Ports
+		if len(ps) == 0 {
+			ps = []uint16{443}
+		}
+		for _, p := range ps {
+			eps = append(eps, probe.Endpoint{Host: e.Host, Port: int(p)})
+			if _, pinned := pol.Network.Hosts[e.Host]; !pinned {
+				ports = append(ports, int(p))
+			}
+		}
+	}
+	return eps, ports
+}
+
+// findRun is verify's own run, recognised by the nonce in its command.
+func (a *app) findRun(nonce string) *runstate.Run {
+	runs, err := a.store().List()
+	if err != nil {
+		return nil
+	}
+	for _, r := range runs {
+		if strings.Contains(strings.Join(r.Meta.Command, " "), nonce) {
+			return r
+		}
+	}
+	return nil
+}
+
+// hostView is what the host-side checks look at.
+type hostView struct {
+	project string
+	run     *runstate.Run
+	set     *canary.Set
+}
+
+// hostChecks settles what the probes could not judge from inside.
+func hostChecks(results []probe.Result, h hostView) []probe.Result {
+	var risks []workspace.Risk
+	var guardErr error
+	if h.run == nil {
+		guardErr = fmt.Errorf("the run's state was not found")
+	} else {
+		risks, guardErr = workspace.Guard(h.run)
+	}
+	out := make([]probe.Result, 0, len(results))
+	for _, r := range results {
+		switch {
+		case r.ID == "net.dns-tunnel" && len(h.set.DNSSeen()) > 0:
+			r.Status, r.Evidence = probe.Fail, "the host's DNS server received: "+strings.Join(h.set.DNSSeen(), ", ")
+		case r.ID == "net.udp" && len(h.set.UDPSeen()) > 0:
+			r.Status, r.Evidence = probe.Fail, "the host's UDP listener received the probe's datagram from "+strings.Join(h.set.UDPSeen(), ", ")
+		case r.ID == "fs.write-outside" && len(r.Planted) > 0:
+			r.Status, r.Evidence = judgeWrites(r.Planted, h.set.Nonce())
+		case strings.HasPrefix(r.ID, "persist.") && len(r.Planted) > 0:
+			r.Status, r.Evidence = judgePlant(r.Planted, h, risks, guardErr)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// judgeWrites: a file the probe created that exists on the host escaped. The paths come from inside
+// the sandbox, so only names the probe could have chosen are looked at (and removed).
+func judgeWrites(paths []string, nonce string) (probe.Status, string) {
+	var escaped []string
+	for _, p := range paths {
+		if filepath.Base(p) != "cordon-probe-write-"+nonce || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			return probe.Fail, fmt.Sprintf("the probe reported a write to %q, which it cannot have chosen: the report is not trustworthy", p)
+		}
+		if _, err := os.Lstat(p); err == nil {
+			escaped = append(escaped, p)
+			os.Remove(p)
+		}
+	}
+	if len(escaped) > 0 {
+		return probe.Fail, "created on the host: " + strings.Join(escaped, ", ")
+	}
+	return probe.Pass, "written only inside the sandbox; not on the host: " + strings.Join(paths, ", ")
+}
+
+// judgePlant: a planted file must not be in the real project, and the workspace guard must flag it
+// so that apply and export refuse it.
+func judgePlant(paths []string, h hostView, risks []workspace.Risk, guardErr error) (probe.Status, string) {
+	var notes []string
+	for _, p := range paths {
+		rel, ok := strings.CutPrefix(p, h.project+"/")
+		if !ok {
+			return probe.Fail, p + " is outside the project: cannot be judged"
+		}
+		if rel == ".git/config" {
+			if b, err := os.ReadFile(p); err != nil || string(b) != gitConfig {
+				return probe.Fail, "the real project's .git/config changed"
+			}
+		} else if _, err := os.Lstat(p); err == nil {
+			return probe.Fail, "reached the real project: " + p
+		}
+		if guardErr != nil {
+			return probe.Fail, fmt.Sprintf("planted %s; the workspace guard could not be asked: %v", rel, guardErr)
+		}
+		i := slices.IndexFunc(risks, func(r workspace.Risk) bool { return r.Path == rel })
+		if i < 0 {
+			return probe.Fail, "planted " + rel + " in the workspace and the workspace guard does not flag it"
+		}
+		notes = append(notes, fmt.Sprintf("not in the project; the guard flags %s (%s)", rel, risks[i].Reason))
+	}
+	return probe.Pass, strings.Join(notes, "; ")
+}

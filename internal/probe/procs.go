@@ -1,0 +1,280 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func processProbes() []Probe {
+	return []Probe{
+		{"proc.host-visible", Processes, "find a host process by its command line in /proc", procHostVisible},
+		{"proc.signal", Processes, "signal a host process", procSignal},
+		{"proc.ptrace", Processes, "ptrace a sibling process (and the host's, if visible)", procPtrace},
+		{"proc.tiocsti", Processes, "inject input into a terminal (TIOCSTI, also with high bits set)", procTIOCSTI},
+		{"proc.abstract-unix", Processes, "connect to a host abstract unix socket", procAbstract},
+		{"proc.daemon-sockets", Processes, "connect to docker, containerd, podman and dbus sockets", procDaemonSockets},
+		{"proc.setuid", Processes, "gain privileges through a setuid binary", procSetuid},
+		{"proc.userns", Processes, "create a nested user namespace", procUserns},
+		{"proc.io_uring", Processes, "create an io_uring (a path around seccomp)", procIOURing},
+		{"proc.raw-socket", Processes, "open raw IP and packet sockets", procRawSocket},
+	}
+}
+
+// findMarker returns the pids with an argument whose sha256 is marker.
+func findMarker(marker string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if hasMarker(pid, marker) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func hasMarker(pid int, marker string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	for _, arg := range bytes.Split(b, []byte{0}) {
+		if Sum(arg) == marker {
+			return true
+		}
+	}
+	return false
+}
+
+func procHostVisible(_ context.Context, env *Env) Verdict {
+	p := env.Canaries.Process
+	if p == nil {
+		return skip("no process canary given (cordon verify starts one)")
+	}
+	if pids := findMarker(p.MarkerSHA256); len(pids) > 0 {
+		return fail("the host's canary process is visible as pid %v", pids)
+	}
+	return pass("no process with the canary's command line in /proc")
+}
+
+// canaryPIDs are the pids under which the host canary process may be reached: those found by its
+// command line, and its host pid if that pid shows the marker here.
+func canaryPIDs(p *Process) []int {
+	pids := findMarker(p.MarkerSHA256)
+	if !slices.Contains(pids, p.PID) && hasMarker(p.PID, p.MarkerSHA256) {
+		pids = append(pids, p.PID)
+	}
+	return pids
+}
+
+func procSignal(_ context.Context, env *Env) Verdict {
+	p := env.Canaries.Process
+	if p == nil {
+		return skip("no process canary given (cordon verify starts one)")
+	}
+	for _, pid := range canaryPIDs(p) {
+		if err := unix.Kill(pid, 0); err == nil {
+			return fail("signal 0 to the host canary process (pid %d) was delivered", pid)
+		}
+	}
+	return pass("the host canary process cannot be signalled (not visible)")
+}
+
+func procPtrace(ctx context.Context, env *Env) Verdict {
+	if p := env.Canaries.Process; p != nil {
+		for _, pid := range canaryPIDs(p) {
+			if err := ptraceAttach(pid); err == nil {
+				return fail("attached to the host canary process (pid %d) with ptrace", pid)
+			}
+		}
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		return skip("no sleep binary to start a sibling to attach to")
+	}
+	cmd := exec.CommandContext(ctx, sleep, "10")
+	if err := cmd.Start(); err != nil {
+		return skip("cannot start a sibling: %v", err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := ptraceAttach(cmd.Process.Pid); err != nil {
+		return pass("ptrace refused: %v", err)
+	}
+	return fail("attached to a sibling process (pid %d) with ptrace", cmd.Process.Pid)
+}
+
+// ptraceAttach attaches to pid and detaches again at once. ptrace binds to the calling thread.
+func ptraceAttach(pid int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.PtraceAttach(pid); err != nil {
+		return err
+	}
+	var ws unix.WaitStatus
+	unix.Wait4(pid, &ws, unix.WALL, nil)
+	unix.PtraceDetach(pid)
+	return nil
+}
+
+func procTIOCSTI(_ context.Context, _ *Env) Verdict {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return skip("no pseudo-terminal to test on: %v", err)
+	}
+	defer m.Close()
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		return skip("cannot unlock a pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		return skip("cannot name the pseudo-terminal: %v", err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return skip("cannot open the pseudo-terminal's other side: %v", err)
+	}
+	defer s.Close()
+	c := byte('x')
+	var errs []string
+	for _, req := range []uint64{unix.TIOCSTI, 1<<32 | unix.TIOCSTI} {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, s.Fd(), uintptr(req), uintptr(unsafe.Pointer(&c)))
+		if e == 0 {
+			return fail("TIOCSTI (request %#x) injected a character into a terminal", req)
+		}
+		errs = append(errs, fmt.Sprintf("%#x: %v", req, e))
+	}
+	return pass("refused: %s", strings.Join(errs, "; "))
+}
+
+func procAbstract(_ context.Context, env *Env) Verdict {
+	a := env.Canaries.Abstract
+	if a == nil {
+		return skip("no abstract socket canary given (cordon verify listens on one)")
+	}
+	c, err := net.DialTimeout("unix", "@"+a.Name, attemptTimeout)
+	if err != nil {
+		return pass("refused: %v", shortErr(err))
+	}
+	defer c.Close()
+	if ok, _ := readGreeting(c, a.SHA256); ok {
+		return fail("connected to the host's abstract socket @%s and got its greeting", a.Name)
+	}
+	return pass("connected to @%s, but not to the host's socket", a.Name)
+}
+
+// daemonSockets are the sockets of daemons that run code on the host for whoever connects.
+var daemonSockets = []string{
+	"/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock", "/run/podman/podman.sock",
+	"/run/user/*/podman/podman.sock", "/run/user/*/docker.sock", "/run/dbus/system_bus_socket",
+	"/var/run/dbus/system_bus_socket", "/run/user/*/bus", "/run/systemd/private",
+}
+
+func procDaemonSockets(_ context.Context, _ *Env) Verdict {
+	n := 0
+	for _, g := range daemonSockets {
+		m, _ := filepath.Glob(g)
+		for _, s := range m {
+			n++
+			if c, err := net.DialTimeout("unix", s, attemptTimeout); err == nil {
+				c.Close()
+				return fail("connected to %s", s)
+			}
+		}
+	}
+	return pass("%d daemon socket(s) visible, none connectable", n)
+}
+
+func procSetuid(_ context.Context, _ *Env) Verdict {
+	st, err := os.ReadFile("/proc/self/status")
+	if err == nil && bytes.Contains(st, []byte("\nNoNewPrivs:\t1")) {
+		return pass("no_new_privs is set: setuid and file capabilities are inert")
+	}
+	var found []string
+	for _, d := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"} {
+		var sfs unix.Statfs_t
+		if unix.Statfs(d, &sfs) == nil && sfs.Flags&unix.ST_NOSUID != 0 {
+			continue
+		}
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err == nil && fi.Mode()&os.ModeSetuid != 0 && fi.Mode()&0o111 != 0 {
+				if sys, ok := fi.Sys().(*syscall.Stat_t); ok && sys.Uid == 0 {
+					found = append(found, filepath.Join(d, e.Name()))
+				}
+			}
+		}
+		if len(found) > 4 {
+			break
+		}
+	}
+	if len(found) > 0 {
+		return fail("no_new_privs is off and setuid-root binaries can run: %s", strings.Join(found, ", "))
+	}
+	return pass("no setuid-root binary on a mount that honours setuid")
+}
+
+func procUserns(ctx context.Context, env *Env) Verdict {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		return skip("no true binary to start in a new namespace")
+	}
+	cmd := exec.CommandContext(ctx, truePath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+	if err := cmd.Run(); err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			return pass("refused: %v", err)
+		}
+	}
+	if env.Canaries.AllowNesting {
+		return skip("created a user namespace, which the policy allows (sandbox.allowNesting)")
+	}
+	return fail("started a process in a new user namespace (it holds every capability there)")
+}
+
+func procIOURing(_ context.Context, _ *Env) Verdict {
+	params := make([]byte, 120)
+	fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+	if e != 0 {
+		return pass("io_uring_setup refused: %v", e)
+	}
+	unix.Close(int(fd))
+	return fail("created an io_uring (fd %d): its operations bypass seccomp's view of syscalls", fd)
+}
+
+func procRawSocket(_ context.Context, _ *Env) Verdict {
+	var errs []string
+	for _, s := range []struct {
+		name        string
+		domain, typ int
+		proto       int
+	}{
+		{"raw IPv4", unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW},
+		{"packet", unix.AF_PACKET, unix.SOCK_RAW, 0x0300},
+	} {
+		fd, err := unix.Socket(s.domain, s.typ, s.proto)
+		if err == nil {
+			unix.Close(fd)
+			return fail("opened a %s socket: it can forge traffic past any proxy", s.name)
+		}
+		errs = append(errs, s.name+": "+err.Error())
+	}
+	return pass("refused: %s", strings.Join(errs, "; "))
+}
