@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -85,7 +87,7 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	coords.AllowNesting = pol.Sandbox.AllowNesting
 	coords.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
 	for _, c := range pol.Credentials {
-		coords.Placeholders = append(coords.Placeholders, probe.Named{Name: c.Name})
+		coords.Placeholders = append(coords.Placeholders, probe.Secret{Name: c.Name, SHA256: a.credentialHash(c.From)})
 	}
 	coordsJSON, err := json.Marshal(coords)
 	if err != nil {
@@ -283,4 +285,26 @@ func judgePlant(paths []string, h hostView, risks []workspace.Risk, guardErr err
 		notes = append(notes, fmt.Sprintf("not in the project; the guard flags %s (%s)", rel, risks[i].Reason))
 	}
 	return probe.Pass, strings.Join(notes, "; ")
+}
+
+// credentialHash is the hex sha256 of a credential's real value where it can be read without side
+// effects (the caller's environment, a file), so the placeholder probe can tell the two apart; ""
+// for sources that would run a command or mint a token.
+func (a *app) credentialHash(src policy.Source) string {
+	var v string
+	switch {
+	case src.Env != "":
+		v = envValue(a.env, src.Env)
+	case src.File != "":
+		b, err := os.ReadFile(src.File)
+		if err != nil {
+			return ""
+		}
+		v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	}
+	if v == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:])
 }

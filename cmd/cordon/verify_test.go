@@ -85,15 +85,20 @@ func TestVerifyRealisticPolicy(t *testing.T) {
     - {host: api.test, ports: [%[1]d]}
     - {host: code.test, ports: [%[1]d]}
     - {host: docs.test, ports: [%[2]d]}
-  hosts: {api.test: 127.0.0.1, code.test: 127.0.0.1}
+    - {host: cred.test, ports: [%[1]d]}
+  hosts: {api.test: 127.0.0.1, code.test: 127.0.0.1, cred.test: 127.0.0.1}
+credentials:
+  - name: API_TOKEN
+    from: {env: CORDON_VERIFY_TOKEN}
+    inject: {host: cred.test, header: x-api-key}
 limits:
   memory: 1GiB
   pids: 64
   openFiles: 4096
 `, port, freePort(t)))
-		r := h.cordon(nil, "", "verify", "--json", "--policy", pol)
+		r := h.cordon([]string{"CORDON_VERIFY_TOKEN=sk-ant-api03-" + h.canary}, "", "verify", "--json", "--policy", pol)
 		// res.memory may SKIP where touching memory is too slow to reach the limit in its time bound.
-		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files")...)
+		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files", "cred.placeholder")...)
 		if !strings.Contains(r.stdout, "UPSTREAM") && !strings.Contains(statuses(scorecard(t, r))["net.host-mismatch"].Evidence, "200") {
 			t.Errorf("net.host-mismatch never reached the allowed upstream, so it proved nothing:\n%s", r.stdout)
 		}

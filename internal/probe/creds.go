@@ -3,6 +3,8 @@ package probe
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -19,7 +21,7 @@ func credentialProbes() []Probe {
 		{"cred.files", Credentials, "read well-known credential files (ssh keys, cloud, gh, docker, netrc)", credFiles},
 		{"cred.agent-sockets", Credentials, "connect to ssh-agent and gpg-agent sockets", credAgentSockets},
 		{"cred.keyring", Credentials, "reach the kernel keyrings (keyctl)", credKeyring},
-		{"cred.placeholder", Credentials, "send a credential placeholder to a host it is not bound to", credPlaceholder},
+		{"cred.placeholder", Credentials, "find a credential's real value where the agent holds its placeholder", credPlaceholder},
 	}
 }
 
@@ -173,7 +175,23 @@ func credPlaceholder(_ context.Context, env *Env) Verdict {
 	if len(env.Canaries.Placeholders) == 0 {
 		return skip("the policy injects no credentials")
 	}
-	// TODO(creds): for each placeholder, send it in a header to a non-bound allowed host (an echo
-	// upstream cordon verify starts) and pass only if it arrives there unchanged (not the real value).
-	return skip("placeholder misuse probe not implemented yet: needs credentials support in cordon run")
+	var held, unknown []string
+	for _, p := range env.Canaries.Placeholders {
+		v, ok := os.LookupEnv(p.Name)
+		if !ok || v == "" {
+			return fail("$%s is not set: the policy promises a placeholder there", p.Name)
+		}
+		if p.SHA256 == "" {
+			unknown = append(unknown, p.Name)
+			continue
+		}
+		if sum := sha256.Sum256([]byte(v)); hex.EncodeToString(sum[:]) == p.SHA256 {
+			return fail("$%s holds the real credential, not a placeholder", p.Name)
+		}
+		held = append(held, p.Name)
+	}
+	if len(held) == 0 {
+		return skip("the real values of %s are not known to the host side (command, GitHub App or AWS sources)", strings.Join(unknown, ", "))
+	}
+	return pass("%s hold placeholders, not the real values", strings.Join(held, ", "))
 }

@@ -132,9 +132,10 @@ type Canaries struct {
 	// AllowNesting says the policy permits user namespaces inside (sandbox.allowNesting), so one
 	// being created is the policy's choice, not an escape.
 	AllowNesting bool `json:"allow_nesting,omitempty"`
-	// Placeholders are credential placeholders the policy injects. TODO(creds): once cordon run
-	// supports credentials, a probe sends each to a non-bound host and asserts it arrives unchanged.
-	Placeholders []Named `json:"placeholders,omitempty"`
+	// Placeholders are the variables that hold the policy's credential placeholders, each with the
+	// sha256 of the real value where the host side knows it (env and file sources), so that a probe
+	// can tell a placeholder from the real thing without being given either.
+	Placeholders []Secret `json:"placeholders,omitempty"`
 }
 
 // Secret names something secret and the hex sha256 of its value.

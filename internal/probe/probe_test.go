@@ -2,6 +2,8 @@ package probe
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"strings"
 	"testing"
@@ -78,6 +80,30 @@ func TestAliasesNameTheSameFile(t *testing.T) {
 	for _, a := range aliases("/home/u/.ssh/key") {
 		if a == "/home/u/.ssh/key" {
 			t.Errorf("an alias is the path itself")
+		}
+	}
+}
+
+// TestCredPlaceholder: the probe fails when a credential's variable holds the real value (what an
+// unsandboxed agent given the secret would see), passes for a placeholder, and skips when the host
+// side could not know the real value.
+func TestCredPlaceholder(t *testing.T) {
+	const real = "sk-ant-api03-the-real-one"
+	sum := sha256.Sum256([]byte(real))
+	want := hex.EncodeToString(sum[:])
+	for _, tc := range []struct {
+		value, hash string
+		want        Status
+	}{
+		{real, want, Fail},
+		{"sk-ant-api03-a-placeholder", want, Pass},
+		{"", want, Fail},
+		{"sk-ant-api03-whatever", "", Skip},
+	} {
+		t.Setenv("CORDON_PROBE_CRED", tc.value)
+		env := &Env{Canaries: Canaries{Placeholders: []Secret{{Name: "CORDON_PROBE_CRED", SHA256: tc.hash}}}}
+		if v := credPlaceholder(context.Background(), env); v.Status != tc.want {
+			t.Errorf("value %q, hash %q: %v (%s), want %v", tc.value, tc.hash, v.Status, v.Evidence, tc.want)
 		}
 	}
 }
