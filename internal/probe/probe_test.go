@@ -2,9 +2,9 @@ package probe
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"context"
 	"strings"
 	"testing"
 	"time"
