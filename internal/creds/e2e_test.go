@@ -2,16 +2,10 @@ package creds
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -24,7 +18,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/testpki"
 
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
 )
@@ -42,6 +37,7 @@ type gateway struct {
 	srv      *httptest.Server
 	upstream *httptest.Server
 	caFile   string
+	roots    *x509.CertPool
 
 	mu      sync.Mutex
 	details []map[string]string
@@ -106,14 +102,15 @@ func newGateway(t *testing.T, set *Set, gitRoot string) *gateway {
 		}
 		proxy.ServeHTTP(w, r)
 	}))
-	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{selfSigned(t, "*.example.com", "*.gh.example.com", "*.amazonaws.example.com")}}
+	// The gateway's certificate stands in for the per-run CA's leaves (httptest's own covers only
+	// one level under example.com).
+	ca := testpki.NewCA(t, "creds test CA")
+	g.srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "*.example.com", "*.gh.example.com", "*.amazonaws.example.com")}}
 	g.srv.EnableHTTP2 = true
 	g.srv.StartTLS()
 	t.Cleanup(g.srv.Close)
-	g.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(g.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.srv.Certificate().Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	g.roots = ca.Pool
+	g.caFile = ca.WriteFile(t, "")
 	return g
 }
 
@@ -130,7 +127,7 @@ func (g *gateway) client() *http.Client {
 		return (&net.Dialer{}).DialContext(ctx, network, g.srv.Listener.Addr().String())
 	}
 	tr.ForceAttemptHTTP2 = true
-	tr.TLSClientConfig = &tls.Config{RootCAs: tr.TLSClientConfig.RootCAs}
+	tr.TLSClientConfig = &tls.Config{RootCAs: g.roots}
 	c.Transport = tr
 	return c
 }
@@ -166,27 +163,6 @@ func (g *gateway) noLeak(t *testing.T, set *Set, reals ...string) {
 			}
 		}
 	}
-}
-
-// selfSigned returns a certificate for names, standing in for the per-run
-// CA's leaves (httptest's own covers only one level under example.com).
-func selfSigned(t *testing.T, names ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "creds test"}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 func requireTool(t *testing.T, name string) {
