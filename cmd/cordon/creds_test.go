@@ -76,8 +76,11 @@ func (u *tlsUpstream) requests() []seenRequest {
 func TestCredentialInjection(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
+	goClient := buildGoClient(t)
+	_, nodeErr := exec.LookPath("node")
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
+		h.writeFile(filepath.Join(h.ws, "goclient"), string(goClient), 0o755)
 		up := newTLSUpstream(t, h, "x-api-key", "api.test", "rules.test", "other.test")
 		pol := fmt.Sprintf(`network:
   allow:
@@ -95,14 +98,23 @@ credentials:
     inject: {host: api.test, header: x-api-key}
 `, up.port, up.caFile)
 		h.writeFile(filepath.Join(h.ws, "upstream-ca.pem"), mustRead(t, up.caFile), 0o644)
+		paths := []string{"/curl", "/curl-proxy-h1", "/python", "/go"}
+		node := ""
+		if nodeErr == nil {
+			// node's fetch ignores the proxy variables and trusts NODE_EXTRA_CA_CERTS.
+			node = fmt.Sprintf(`node -e 'fetch("https://api.test:%d/node", {headers: {"x-api-key": process.env.API_KEY}}).then(r => r.text()).then(console.log, e => { console.error(e); process.exit(1) })'`, up.port)
+			paths = append(paths, "/node")
+		}
 		script := fmt.Sprintf(`echo "KEY=$API_KEY"
 curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl
 curl -sS -m 10 --http1.1 -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl-proxy-h1
 python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%[1]d/python", headers={"x-api-key": os.environ["API_KEY"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'
+./goclient https://api.test:%[1]d/go tcp4 x-api-key API_KEY
+%[2]s
 curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://rules.test:%[1]d/ok/misuse
 curl -sS -m 10 --noproxy '*' --cacert upstream-ca.pem -H "x-api-key: $API_KEY" https://other.test:%[1]d/passthrough
 env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; grep -rs "$(printf 'REAL%%sSECRET' '')" /etc /tmp "$HOME" . && echo FOUND-IN-FILES
-true`, up.port)
+true`, up.port, node)
 		r := h.sandboxed(pol, script, "CORDON_TEST_API_KEY="+secret)
 		if r.code != 0 {
 			t.Fatalf("run failed:\n%s", r)
@@ -116,7 +128,7 @@ true`, up.port)
 		if placeholder == "" || placeholder == secret || !strings.HasPrefix(placeholder, "sk-ant-") {
 			t.Fatalf("the agent's API_KEY is %q: want a placeholder in the real format", placeholder)
 		}
-		for _, path := range []string{"/curl", "/curl-proxy-h1", "/python", "/ok/misuse", "/passthrough"} {
+		for _, path := range append(paths, "/ok/misuse", "/passthrough") {
 			if !strings.Contains(r.stdout, "UPSTREAM GET") || !strings.Contains(r.stdout, path) {
 				t.Errorf("request %s did not reach the upstream:\n%s", path, r)
 			}
@@ -128,10 +140,11 @@ true`, up.port)
 		for _, s := range up.requests() {
 			got[s.path] = s.header
 		}
-		for path, want := range map[string]string{
-			"/curl": secret, "/curl-proxy-h1": secret, "/python": secret, // bound host: the real value
-			"/ok/misuse": placeholder, "/passthrough": placeholder, // other hosts: unchanged
-		} {
+		want := map[string]string{"/ok/misuse": placeholder, "/passthrough": placeholder} // other hosts: unchanged
+		for _, p := range paths {
+			want[p] = secret // the bound host: the real value
+		}
+		for path, want := range want {
 			if got[path] != want {
 				t.Errorf("upstream saw x-api-key %q on %s, want %q", got[path], path, want)
 			}

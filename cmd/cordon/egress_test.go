@@ -260,7 +260,8 @@ func TestEgressPolicyFailsBeforeStart(t *testing.T) {
 }
 
 // goClientSource is a Go program that ignores every proxy setting (Transport.Proxy nil) and dials
-// IPv4 and IPv6 itself, as a Go tool with its own HTTP client does.
+// IPv4 and IPv6 itself, as a Go tool with its own HTTP client does. Usage: goclient URL NETWORK
+// [HEADER VARIABLE].
 const goClientSource = `package main
 
 import (
@@ -279,7 +280,15 @@ func main() {
 		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
 	}}
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	resp, err := c.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	if len(os.Args) > 4 {
+		req.Header.Set(os.Args[3], os.Getenv(os.Args[4])) // a header whose value is a variable's
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return
@@ -294,20 +303,7 @@ func main() {
 func TestEgressGoClientIPv6AndICMP(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	src := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(src, []byte(goClientSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "goclient")
-	build := exec.Command("go", "build", "-o", bin, src)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the Go client: %v\n%s", err, out)
-	}
-	client, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := buildGoClient(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		want := "UPSTREAM-" + h.canary
@@ -349,4 +345,25 @@ for fam, proto, dst, typ in ((socket.AF_INET, socket.IPPROTO_ICMP, "1.1.1.1", 8)
 			}
 		})
 	})
+}
+
+// buildGoClient compiles goClientSource and returns the static binary's bytes, for tests to place in
+// a workspace.
+func buildGoClient(t *testing.T) []byte {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(src, []byte(goClientSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "goclient")
+	build := exec.Command("go", "build", "-o", bin, src)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the Go client: %v\n%s", err, out)
+	}
+	client, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
