@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/testpki"
+)
+
+// TestNewRefusesWhatItCannotEnforce: a gateway that would not be what the policy says is not made,
+// so the run does not start; the controls beside each refusal are made.
+func TestNewRefusesWhatItCannotEnforce(t *testing.T) {
+	ca := testpki.NewCA(t, "gateway test CA")
+	caFile := ca.WriteFile(t, "")
+	garbage := filepath.Join(t.TempDir(), "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allow := []policy.Endpoint{{Host: "api.test", Ports: []uint16{443}}}
+	rules := []policy.HTTPRule{{Host: "api.test", Allow: []policy.HTTPAllow{{Methods: []string{"GET"}, Paths: []string{"/*"}}}}}
+	for _, tc := range []struct {
+		name    string
+		network policy.Network
+		inject  []string
+		want    string // "" means New succeeds
+	}{
+		{"plain allowlist", policy.Network{Allow: allow}, nil, ""},
+		{"credential bound to an allowed host", policy.Network{Allow: allow}, []string{"api.test"}, ""},
+		{"credential bound to a host never allowed", policy.Network{Allow: allow}, []string{"other.test"}, "other.test, which the network policy never allows"},
+		{"rules with the upstream CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile}}, nil, ""},
+		{"missing CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile + ".missing"}}, nil, "network.tls.caFile"},
+		{"CA file without a certificate", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: garbage}}, nil, "holds no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := tc.network
+			g, err := New(Config{Network: &nw, Hostname: "cordon", AuditPath: filepath.Join(t.TempDir(), "audit.jsonl"), InjectHosts: tc.inject})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				g.Close()
+				return
+			}
+			if err == nil {
+				g.Close()
+				t.Fatalf("New succeeded, want an error about %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTrustOnlyWhenIntercepting: the run's CA and the variables pointing at it exist only when some
+// host is intercepted; a plain allowlist leaves the sandbox's trust alone.
+func TestTrustOnlyWhenIntercepting(t *testing.T) {
+	mk := func(nw policy.Network, inject []string) *Gateway {
+		g, err := New(Config{Network: &nw, Hostname: "cordon", AuditPath: filepath.Join(t.TempDir(), "audit.jsonl"), InjectHosts: inject})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		return g
+	}
+	allow := []policy.Endpoint{{Host: "api.test", Ports: []uint16{443}}}
+	plain := mk(policy.Network{Allow: allow}, nil)
+	if plain.TrustCA() != nil || slices.ContainsFunc(plain.Env(), func(kv string) bool { return strings.HasPrefix(kv, "SSL_CERT_FILE=") }) {
+		t.Errorf("a gateway that intercepts nothing hands out a CA: %q", plain.Env())
+	}
+	ic := mk(policy.Network{Allow: allow}, []string{"api.test"})
+	if pem := ic.TrustCA(); !strings.Contains(string(pem), "BEGIN CERTIFICATE") || strings.Contains(string(pem), "PRIVATE KEY") {
+		t.Errorf("TrustCA = %q, want the certificate alone", pem)
+	}
+	for _, want := range []string{"SSL_CERT_FILE=" + sandbox.CABundlePath, "NODE_EXTRA_CA_CERTS=" + sandbox.TrustedCAPath, "GIT_SSL_CAINFO=" + sandbox.CABundlePath} {
+		if !slices.Contains(ic.Env(), want) {
+			t.Errorf("Env lacks %s: %q", want, ic.Env())
+		}
+	}
+}
