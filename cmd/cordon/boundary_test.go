@@ -287,6 +287,7 @@ b = bytearray(512 << 20)
 for i in range(0, len(b), 4096): b[i] = 1
 print("ALLOCATED")
 '`
+	goClient := buildGoClient(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		t.Run("pids", func(t *testing.T) {
 			if r := h.plain(spawn); !strings.Contains(r.stdout, "spawned 120") {
@@ -304,6 +305,20 @@ print("ALLOCATED")
 			r := h.sandboxed("limits:\n  memory: 128MiB\n", alloc)
 			if strings.Contains(r.stdout, "ALLOCATED") || r.code == 0 {
 				t.Fatalf("the memory limit did not hold:\n%s", r)
+			}
+			// Programs whose runtime reserves far more address space than it uses (Go's, V8's) still
+			// start under the limit, with a cgroup or with the rootless fallback.
+			h.writeFile(filepath.Join(h.ws, "goclient"), string(goClient), 0o755)
+			probe := "./goclient http://127.0.0.1:1/ tcp4"
+			if _, err := exec.LookPath("node"); err == nil {
+				probe += "; node -e 'console.log(\"NODE-STARTED\")'"
+			}
+			r = h.sandboxed("limits:\n  memory: 128MiB\n", probe)
+			if !strings.Contains(r.stdout, "ERROR") || strings.Contains(r.stdout+r.stderr, "fatal error") {
+				t.Fatalf("a Go program could not start under the memory limit:\n%s", r)
+			}
+			if strings.Contains(probe, "node") && !strings.Contains(r.stdout, "NODE-STARTED") {
+				t.Fatalf("node could not start under the memory limit:\n%s", r)
 			}
 		})
 		t.Run("timeout", func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 func resourceProbes() []Probe {
 	return []Probe{
 		{"res.pids", Resources, "check a process limit holds (and spawn a few past it when it is small)", resPids},
-		{"res.memory", Resources, "check a memory limit is in force (cgroup memory.max or RLIMIT_AS)", resMemory},
+		{"res.memory", Resources, "check a memory limit is in force (cgroup memory.max, RLIMIT_DATA or RLIMIT_AS)", resMemory},
 		{"res.cpu", Resources, "check a CPU limit is in force (cgroup cpu.max)", resCPU},
 		{"res.open-files", Resources, "check the open-files limit (RLIMIT_NOFILE)", resOpenFiles},
 	}
@@ -175,8 +175,13 @@ func resMemory(ctx context.Context, env *Env) Verdict {
 		return skip("the policy sets no limits.memory: nothing but the host bounds it")
 	}
 	found, where := cgroupLimit("memory", "memory.max", "memory.limit_in_bytes")
-	if n := rlimit(unix.RLIMIT_AS); n != unix.RLIM_INFINITY && int64(n) < found {
-		found, where = int64(n), "RLIMIT_AS (per process)"
+	for _, rl := range []struct {
+		res  int
+		name string
+	}{{unix.RLIMIT_AS, "RLIMIT_AS (per process)"}, {unix.RLIMIT_DATA, "RLIMIT_DATA (per process)"}} {
+		if n := rlimit(rl.res); n != unix.RLIM_INFINITY && int64(n) < found {
+			found, where = int64(n), rl.name
+		}
 	}
 	if want > 0 && want <= allocCap {
 		// Allocate a little more than the limit in a child: it must not succeed.
@@ -211,7 +216,7 @@ func resMemory(ctx context.Context, env *Env) Verdict {
 		if known {
 			return skip("no memory limit is visible from inside, and %d bytes is too much to try", want)
 		}
-		return fail("no memory limit is in force (no cgroup limit visible, no RLIMIT_AS)")
+		return fail("no memory limit is in force (no cgroup limit visible, no RLIMIT_DATA or RLIMIT_AS)")
 	}
 	if want > 0 && found > want {
 		return fail("the policy sets limits.memory %d but %d is in force (%s)", want, found, where)

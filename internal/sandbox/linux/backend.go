@@ -188,8 +188,8 @@ func (b *Backend) limits(exe string, l sandbox.Limits, s *running, cfg *initConf
 			cfg.SetRlimitNproc = true
 			b.warn(fmt.Sprintf("limits.pids: no usable cgroup (%s); falling back to RLIMIT_NPROC", why(u)))
 		case u == cgroup.Memory && l.MemoryBytes > 0:
-			cfg.RlimitAS = uint64(l.MemoryBytes)
-			b.warn(fmt.Sprintf("limits.memory: no usable cgroup (%s); falling back to RLIMIT_AS, per process", why(u)))
+			cfg.RlimitData = uint64(l.MemoryBytes)
+			b.warn(fmt.Sprintf("limits.memory: no usable cgroup (%s); falling back to RLIMIT_DATA, per process", why(u)))
 		case u == cgroup.CPU && l.CPU > 0:
 			b.warn(fmt.Sprintf("limits.cpu: no usable cgroup (%s); CPU is not limited", why(u)))
 		}

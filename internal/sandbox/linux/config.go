@@ -28,8 +28,11 @@ type initConfig struct {
 	Spec           sandbox.Spec `json:"spec"`
 	Etc            []etcEntry   `json:"etc"`
 	SetRlimitNproc bool         `json:"setRlimitNproc,omitempty"`
-	RlimitAS       uint64       `json:"rlimitAS,omitempty"`
-	LandlockABI    int          `json:"landlockABI"`
+	// RlimitData stands in for a memory cgroup that could not be had: it bounds the memory a process
+	// has mapped writable, unlike RLIMIT_AS, which also counts the address space runtimes such as Go's
+	// and V8 reserve without using (under RLIMIT_AS of a few hundred MiB a Go program cannot start).
+	RlimitData  uint64 `json:"rlimitData,omitempty"`
+	LandlockABI int    `json:"landlockABI"`
 }
 
 // etcEntry is one allowed entry of the host's /etc, already resolved by the parent.

@@ -389,8 +389,8 @@ func setRlimits(cfg *initConfig) error {
 			return err
 		}
 	}
-	if cfg.RlimitAS > 0 {
-		if err := set(unix.RLIMIT_AS, cfg.RlimitAS); err != nil {
+	if cfg.RlimitData > 0 {
+		if err := set(unix.RLIMIT_DATA, cfg.RlimitData); err != nil {
 			return err
 		}
 	}
