@@ -307,6 +307,9 @@ echo agent > AGENT && git add AGENT && git commit -qm agent-%%[1]s && git push -
 		if !strings.Contains(r.stderr, "network.http") {
 			t.Errorf("the refusal does not name the rule:\n%s", r)
 		}
+		if n := strings.Count("\n"+r.stderr, "\ncordon: blocked GET https://github.test"); n != 1 {
+			t.Errorf("cordon printed %d lines for the refused clone, want one:\n%s", n, r.stderr)
+		}
 		toks := app.Tokens()
 		if len(toks) != 1 {
 			t.Fatalf("the fake issued %d tokens, want 1", len(toks))

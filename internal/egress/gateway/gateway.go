@@ -160,8 +160,13 @@ func (g *Gateway) prepareInterception(cfg Config) error {
 			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths})
 		}
 	}
+	var notify func(key, line string)
+	if cfg.Notify != nil {
+		notify = onceEach(cfg.Notify)
+	}
 	g.ic, err = intercept.New(intercept.Config{
 		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Recorder: g.log,
+		Notify: notify,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
 			return g.proxy.DialUpstream(ctx, name, port)
@@ -210,6 +215,28 @@ func (g *Gateway) serve(fn func() error) {
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
 func ResolvConf() string {
 	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
+}
+
+// maxNotified bounds the refusals remembered for onceEach: past it, lines repeat rather than memory grow.
+const maxNotified = 4096
+
+// onceEach passes on the first line of each key: an agent retrying a refused request, or walking
+// many paths, gets one line per host, method and rule on the user's terminal, not a flood (the audit
+// log has every one).
+func onceEach(notify func(string)) func(key, line string) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(key, line string) {
+		mu.Lock()
+		first := !seen[key]
+		if first && len(seen) < maxNotified {
+			seen[key] = true
+		}
+		mu.Unlock()
+		if first {
+			notify(line)
+		}
+	}
 }
 
 // TrustCA is the PEM certificate of the run's CA, which the sandbox must trust for the intercepted

@@ -83,3 +83,15 @@ func TestTrustOnlyWhenIntercepting(t *testing.T) {
 		}
 	}
 }
+
+// TestOnceEach: the user's terminal gets the first refusal of each kind, not every retry.
+func TestOnceEach(t *testing.T) {
+	var got []string
+	n := onceEach(func(line string) { got = append(got, line) })
+	n("github.com GET network.http[0]", "first")
+	n("github.com GET network.http[0]", "retry")
+	n("github.com POST network.http[0]", "other method")
+	if want := []string{"first", "other method"}; !slices.Equal(got, want) {
+		t.Fatalf("notified %q, want %q", got, want)
+	}
+}

@@ -67,6 +67,13 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		ev.Rule, ev.Reason = rule, reason
 		ex.status = status
 		writeDenial(cw, r, c, logged, status, reason, fix)
+		if i.notify != nil {
+			line := fmt.Sprintf("blocked %s %s://%s%s (%s)", r.Method, c.scheme, c.upstream(), logged, reason)
+			if fix != "" {
+				line += " — to allow: " + fix
+			}
+			i.notify(c.name+" "+r.Method+" "+rule, line)
+		}
 	}
 
 	if !authorityMatches(r.Host, c) || !hostHeadersMatch(r.Header.Values("Host"), c) {

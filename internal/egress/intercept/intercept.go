@@ -51,6 +51,10 @@ type Config struct {
 	Modify func(r *http.Request, name string) (map[string]string, error)
 	// Recorder gets one audit.Event of Kind "http" per request. Nil records nothing.
 	Recorder audit.Recorder
+	// Notify, if set, gets a one-line account of each refused request ("blocked METHOD URL: reason —
+	// to allow: fix") and a key that says which refusals are the same for a human (host, method and
+	// rule), so the caller can print each once. It must not block.
+	Notify func(key, line string)
 }
 
 // Interceptor terminates the sandbox's TLS for the names it wants, judges each HTTP request by the
@@ -62,6 +66,7 @@ type Interceptor struct {
 	hosts  []hostPattern
 	modify func(*http.Request, string) (map[string]string, error)
 	rec    audit.Recorder
+	notify func(key, line string)
 	tr1    *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
 	tr2    *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
 	proxy  *httputil.ReverseProxy
@@ -94,6 +99,7 @@ func New(cfg Config) (*Interceptor, error) {
 		hosts:  hosts,
 		modify: cfg.Modify,
 		rec:    cfg.Recorder,
+		notify: cfg.Notify,
 		errLog: log.New(io.Discard, "", 0),
 	}
 	if i.rec == nil {
