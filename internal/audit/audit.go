@@ -31,6 +31,16 @@ type Event struct {
 	Duration time.Duration `json:"duration,omitempty"`
 }
 
+// Detail keys that the summary counts, set on "http" events by the credential hook. Values name
+// credentials and places, never values.
+const (
+	// DetailCredentials lists the credentials whose real value went into the request.
+	DetailCredentials = "credentials"
+	// DetailCredentialMisuse lists placeholders found where their credential is not allowed (another
+	// host, another header): the request went out with the placeholder unchanged.
+	DetailCredentialMisuse = "credential_misuse"
+)
+
 // Recorder takes events. Implementations must be safe for concurrent use and must never block the
 // caller for long: the gateway records on its hot path.
 type Recorder interface {

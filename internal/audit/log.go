@@ -29,11 +29,20 @@ type Summary struct {
 	// Dropped counts events that could not be written (the file was too slow or failing); the
 	// summary still includes them.
 	Dropped int
+	// CredentialUses counts requests a real credential value went into; Misuses, requests that
+	// carried a placeholder where its credential is not allowed.
+	CredentialUses, Misuses int
 }
 
 // String renders the summary for the end of a run: "12 allowed, 3 denied, 1.2 MB in, 30.1 kB out".
 func (s Summary) String() string {
 	out := fmt.Sprintf("%d allowed, %d denied, %s in, %s out", s.Allowed, s.Denied, byteCount(s.BytesIn), byteCount(s.BytesOut))
+	if s.CredentialUses > 0 || s.Misuses > 0 {
+		out += fmt.Sprintf(", credentials injected into %d requests", s.CredentialUses)
+	}
+	if s.Misuses > 0 {
+		out += fmt.Sprintf(", %d requests carried a placeholder where it does not belong", s.Misuses)
+	}
 	if s.Dropped > 0 {
 		out += fmt.Sprintf(" (%d events not logged)", s.Dropped)
 	}
@@ -120,8 +129,16 @@ func (l *Log) Record(e Event) {
 	case "deny":
 		l.sum.Denied++
 	}
-	l.sum.BytesIn += e.BytesIn
-	l.sum.BytesOut += e.BytesOut
+	if e.Kind != "http" { // a request's bytes are already counted in its connection's event
+		l.sum.BytesIn += e.BytesIn
+		l.sum.BytesOut += e.BytesOut
+	}
+	if e.Detail[DetailCredentials] != "" {
+		l.sum.CredentialUses++
+	}
+	if e.Detail[DetailCredentialMisuse] != "" {
+		l.sum.Misuses++
+	}
 	if l.closed || encErr != nil || len(l.pending)+buf.Len() > maxPending {
 		l.sum.Dropped++
 		return

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
 	"github.com/cordon-sandbox/cordon/internal/hostname"
 )
@@ -29,12 +30,12 @@ const MaxBodyBytes = 1 << 20
 const (
 	// DetailInjected lists the credentials whose real value was put into
 	// the request (comma-separated names).
-	DetailInjected = "credentials"
+	DetailInjected = audit.DetailCredentials
 	// DetailMisuse lists placeholders found where their credential is not
 	// allowed ("NAME in header X-Foo; NAME in URL"): the request went out
 	// with the placeholder unchanged. The caller should log it as attempted
 	// misuse (an agent sending a credential somewhere it was not meant for).
-	DetailMisuse = "credential_misuse"
+	DetailMisuse = audit.DetailCredentialMisuse
 	// DetailBodySkipped says a body that may hold a placeholder was too
 	// large (or encoded) to search, and went out unchanged.
 	DetailBodySkipped = "credential_body_skipped"
