@@ -141,6 +141,9 @@ func modifyResponse(res *http.Response) error {
 	if ex := exchangeOf(res.Request.Context()); ex != nil {
 		ex.status = res.StatusCode
 	}
+	if res.ContentLength > 0 && res.Body != nil {
+		res.Body = fullReader{res.Body}
+	}
 	return nil
 }
 

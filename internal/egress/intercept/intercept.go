@@ -197,7 +197,8 @@ func (i *Interceptor) ServeTLS(ctx context.Context, client net.Conn, name string
 		client.Close()
 		return err
 	}
-	tc := tls.Server(client, &tls.Config{
+	raw := &batchConn{Conn: client}
+	tc := tls.Server(raw, &tls.Config{
 		Certificates: []tls.Certificate{*leaf},
 		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
@@ -213,7 +214,13 @@ func (i *Interceptor) ServeTLS(ctx context.Context, client net.Conn, name string
 		client.Close()
 		return fmt.Errorf("intercept: the sandbox's SNI %q is not %s", sni, name)
 	}
-	return i.serve(ctx, tc, &conn{name: name, port: port, scheme: "https"})
+	info := &conn{name: name, port: port, scheme: "https"}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		// net/http finds HTTP/2 by the connection's type: it must see the *tls.Conn itself. HTTP/2
+		// batches its frames on its own.
+		return i.serve(ctx, tc, info)
+	}
+	return i.serve(ctx, &batchedTLS{Conn: tc, raw: raw}, info)
 }
 
 // ServePlain is ServeTLS for a plain-HTTP connection (port 80 and the like): the same checks and
