@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"sync"
@@ -102,3 +103,17 @@ func (c *batchedTLS) CloseWrite() error {
 	}
 	return nil
 }
+
+// readBatch is how much one read(2) from an upstream may take: crypto/tls asks its connection for
+// little more than a record at a time, so without a buffer under it a large body costs a syscall per
+// 16 KiB record.
+const readBatch = 256 << 10
+
+// readBuffered is an upstream connection read through a buffer, so the TLS layer's record-sized reads
+// are served from one larger read(2) when the upstream has sent that much.
+type readBuffered struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readBuffered) Read(p []byte) (int, error) { return c.r.Read(p) }

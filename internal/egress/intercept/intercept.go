@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -117,7 +118,11 @@ func New(cfg Config) (*Interceptor, error) {
 			if err != nil {
 				return nil, fmt.Errorf("intercept: upstream port %q: %w", p, err)
 			}
-			return dial(ctx, host, uint16(port))
+			c, err := dial(ctx, host, uint16(port))
+			if err != nil {
+				return nil, err
+			}
+			return &readBuffered{Conn: c, r: bufio.NewReaderSize(c, readBatch)}, nil
 		},
 		TLSClientConfig:       &tls.Config{RootCAs: cfg.Roots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:     true,
