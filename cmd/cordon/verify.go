@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
@@ -87,7 +89,7 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	coords.AllowNesting = pol.Sandbox.AllowNesting
 	coords.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
 	for _, c := range pol.Credentials {
-		coords.Placeholders = append(coords.Placeholders, probe.Secret{Name: c.Name, SHA256: a.credentialHash(c.From)})
+		coords.Placeholders = append(coords.Placeholders, probe.Named{Name: c.Name})
 	}
 	coordsJSON, err := json.Marshal(coords)
 	if err != nil {
@@ -143,7 +145,7 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	if run != nil {
 		defer runstate.RemoveAll(run.Dir)
 	}
-	results := hostChecks(sc.Results, hostView{project: project, run: run, set: set})
+	results := hostChecks(sc.Results, hostView{project: project, run: run, set: set, realHashes: a.credentialHashes(pol)})
 	return probe.NewScorecard(results), nil
 }
 
@@ -212,6 +214,8 @@ type hostView struct {
 	project string
 	run     *runstate.Run
 	set     *canary.Set
+	// realHashes are the sha256 of credentials' real values, by credential name (see credentialHashes).
+	realHashes map[string]string
 }
 
 // hostChecks settles what the probes could not judge from inside.
@@ -234,6 +238,9 @@ func hostChecks(results []probe.Result, h hostView) []probe.Result {
 			r.Status, r.Evidence = judgeWrites(r.Planted, h.set.Nonce())
 		case strings.HasPrefix(r.ID, "persist.") && len(r.Planted) > 0:
 			r.Status, r.Evidence = judgePlant(r.Planted, h, risks, guardErr)
+		case r.ID == "cred.placeholder" && len(r.Held) > 0:
+			r.Status, r.Evidence = judgeHeld(r.Held, h.realHashes)
+			r.Held = nil
 		}
 		out = append(out, r)
 	}
@@ -287,24 +294,48 @@ func judgePlant(paths []string, h hostView, risks []workspace.Risk, guardErr err
 	return probe.Pass, strings.Join(notes, "; ")
 }
 
-// credentialHash is the hex sha256 of a credential's real value where it can be read without side
-// effects (the caller's environment, a file), so the placeholder probe can tell the two apart; ""
-// for sources that would run a command or mint a token.
-func (a *app) credentialHash(src policy.Source) string {
-	var v string
-	switch {
-	case src.Env != "":
-		v = envValue(a.env, src.Env)
-	case src.File != "":
-		b, err := os.ReadFile(src.File)
-		if err != nil {
-			return ""
+// credentialHashes maps each credential whose real value can be read without side effects (the
+// caller's environment, a file) to that value's hex sha256, which stays on the host: the probe inside
+// reports what it holds, and judgeHeld compares.
+func (a *app) credentialHashes(pol *policy.Policy) map[string]string {
+	out := map[string]string{}
+	for _, c := range pol.Credentials {
+		var v string
+		switch {
+		case c.From.Env != "":
+			v = envValue(a.env, c.From.Env)
+		case c.From.File != "":
+			sec, err := creds.FromFile(c.From.File).Secret(context.Background())
+			if err != nil {
+				continue
+			}
+			v = sec.Reveal()
 		}
-		v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if v != "" {
+			sum := sha256.Sum256([]byte(v))
+			out[c.Name] = hex.EncodeToString(sum[:])
+		}
 	}
-	if v == "" {
-		return ""
+	return out
+}
+
+// judgeHeld fails when a credential variable inside held the real value (without showing it or its
+// hash), passes when every variable whose real value is known held something else.
+func judgeHeld(held, real map[string]string) (probe.Status, string) {
+	var checked []string
+	for name, h := range held {
+		r, known := real[name]
+		if !known {
+			continue
+		}
+		if h == r {
+			return probe.Fail, fmt.Sprintf("$%s held the real credential inside the sandbox, not a placeholder", name)
+		}
+		checked = append(checked, name)
 	}
-	sum := sha256.Sum256([]byte(v))
-	return hex.EncodeToString(sum[:])
+	if len(checked) == 0 {
+		return probe.Skip, "the real values are not known to the host side (command, GitHub App or AWS sources)"
+	}
+	slices.Sort(checked)
+	return probe.Pass, strings.Join(checked, ", ") + " held placeholders, not the real values"
 }

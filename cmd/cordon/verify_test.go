@@ -212,3 +212,22 @@ func TestVerifyJudgesPlants(t *testing.T) {
 		t.Fatalf("a plant that reached the project: got %s %s", st, ev)
 	}
 }
+
+// TestJudgeHeld: the host fails a credential variable that held the real value, passes placeholders,
+// and skips what it cannot know.
+func TestJudgeHeld(t *testing.T) {
+	real := map[string]string{"A": "aaaa", "B": "bbbb"}
+	for _, tc := range []struct {
+		held map[string]string
+		want probe.Status
+	}{
+		{map[string]string{"A": "1111", "B": "2222"}, probe.Pass},
+		{map[string]string{"A": "1111", "B": "bbbb"}, probe.Fail},
+		{map[string]string{"C": "3333"}, probe.Skip},
+	} {
+		st, ev := judgeHeld(tc.held, real)
+		if st != tc.want || strings.Contains(ev, "bbbb") {
+			t.Errorf("judgeHeld(%v) = %v %q, want %v and no hash in the evidence", tc.held, st, ev, tc.want)
+		}
+	}
+}

@@ -55,6 +55,10 @@ type Result struct {
 	// Planted lists paths the probe created that only the host can judge (a file written into a
 	// private copy or into the real host cannot be told apart from inside); cordon verify checks them.
 	Planted []string `json:"planted,omitempty"`
+	// Held maps variables to the sha256 of the value the probe found in them, for the host to compare
+	// with values that must not be there (a credential's real value, which never enters the sandbox,
+	// not even as a hash).
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // Probe is one escape attempt. Run must return within its context's deadline where it can; the runner
@@ -71,6 +75,7 @@ type Verdict struct {
 	Status   Status
 	Evidence string
 	Planted  []string
+	Held     map[string]string
 }
 
 func pass(format string, args ...any) Verdict {
@@ -132,10 +137,11 @@ type Canaries struct {
 	// AllowNesting says the policy permits user namespaces inside (sandbox.allowNesting), so one
 	// being created is the policy's choice, not an escape.
 	AllowNesting bool `json:"allow_nesting,omitempty"`
-	// Placeholders are the variables that hold the policy's credential placeholders, each with the
-	// sha256 of the real value where the host side knows it (env and file sources), so that a probe
-	// can tell a placeholder from the real thing without being given either.
-	Placeholders []Secret `json:"placeholders,omitempty"`
+	// Placeholders are the variables that hold the policy's credential placeholders. The probe
+	// reports the sha256 of what it finds there and the host compares it with the real value's: no
+	// trace of a real value, not even its hash (a short secret's hash can be brute-forced), is handed
+	// into the sandbox.
+	Placeholders []Named `json:"placeholders,omitempty"`
 }
 
 // Secret names something secret and the hex sha256 of its value.
@@ -258,7 +264,7 @@ func runOne(ctx context.Context, p Probe, env *Env, timeout time.Duration) Resul
 	if v.Status != Pass && v.Status != Fail && v.Status != Skip {
 		v = Verdict{Status: Fail, Evidence: fmt.Sprintf("probe returned no verdict (%q)", v.Status)}
 	}
-	return Result{ID: p.ID, Boundary: p.Boundary, Tried: p.Tried, Status: v.Status, Evidence: v.Evidence, Planted: v.Planted}
+	return Result{ID: p.ID, Boundary: p.Boundary, Tried: p.Tried, Status: v.Status, Evidence: v.Evidence, Planted: v.Planted, Held: v.Held}
 }
 
 func firstLines(s string, n int) string {

@@ -84,26 +84,18 @@ func TestAliasesNameTheSameFile(t *testing.T) {
 	}
 }
 
-// TestCredPlaceholder: the probe fails when a credential's variable holds the real value (what an
-// unsandboxed agent given the secret would see), passes for a placeholder, and skips when the host
-// side could not know the real value.
+// TestCredPlaceholder: the probe reports the hash of what each credential variable holds (never a
+// verdict it cannot make from inside), and fails a variable the policy promised that is not set.
 func TestCredPlaceholder(t *testing.T) {
-	const real = "sk-ant-api03-the-real-one"
-	sum := sha256.Sum256([]byte(real))
-	want := hex.EncodeToString(sum[:])
-	for _, tc := range []struct {
-		value, hash string
-		want        Status
-	}{
-		{real, want, Fail},
-		{"sk-ant-api03-a-placeholder", want, Pass},
-		{"", want, Fail},
-		{"sk-ant-api03-whatever", "", Skip},
-	} {
-		t.Setenv("CORDON_PROBE_CRED", tc.value)
-		env := &Env{Canaries: Canaries{Placeholders: []Secret{{Name: "CORDON_PROBE_CRED", SHA256: tc.hash}}}}
-		if v := credPlaceholder(context.Background(), env); v.Status != tc.want {
-			t.Errorf("value %q, hash %q: %v (%s), want %v", tc.value, tc.hash, v.Status, v.Evidence, tc.want)
-		}
+	const held = "sk-ant-api03-a-placeholder"
+	sum := sha256.Sum256([]byte(held))
+	env := &Env{Canaries: Canaries{Placeholders: []Named{{Name: "CORDON_PROBE_CRED"}}}}
+	t.Setenv("CORDON_PROBE_CRED", held)
+	if v := credPlaceholder(context.Background(), env); v.Status != Skip || v.Held["CORDON_PROBE_CRED"] != hex.EncodeToString(sum[:]) {
+		t.Errorf("set: %v %q %v", v.Status, v.Evidence, v.Held)
+	}
+	t.Setenv("CORDON_PROBE_CRED", "")
+	if v := credPlaceholder(context.Background(), env); v.Status != Fail {
+		t.Errorf("unset: %v %q, want FAIL", v.Status, v.Evidence)
 	}
 }
