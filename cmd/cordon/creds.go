@@ -126,9 +126,11 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 		return nil, nil
 	}
 	fmt.Fprintf(a.stderr, "cordon: %s\n", scan.Summary(findings, "filesystem.secrets.allow in the policy"))
-	masks := make([]string, len(paths))
-	for i, p := range paths {
-		masks[i] = filepath.Join(project, filepath.FromSlash(p))
+	var masks []string
+	for _, p := range paths {
+		if t, ok := maskTarget(project, filepath.Join(project, filepath.FromSlash(p))); ok {
+			masks = append(masks, t)
+		}
 	}
 	return masks, nil
 }

@@ -230,6 +230,23 @@ func TestSecretsMasked(t *testing.T) {
 		if r := h.sandboxed("filesystem: {secrets: {allow: [.env]}}\n", "cat .env"); !strings.Contains(r.stdout, token) {
 			t.Fatalf("control: an allowed .env is not readable:\n%s", r)
 		}
+		// Layouts the scan must not trip over: a secret reached through a symlink (hidden all the
+		// same), a key symlinked to the host's home (nothing there inside), a named pipe.
+		os.Rename(filepath.Join(h.ws, ".env"), filepath.Join(h.ws, ".env.production"))
+		for link, target := range map[string]string{".env": ".env.production", "id_rsa": filepath.Join(h.home, ".ssh", "id_canary")} {
+			if err := os.Symlink(target, filepath.Join(h.ws, link)); err != nil {
+				t.Fatal(err)
+			}
+			os.Lchown(filepath.Join(h.ws, link), h.who.uid, h.who.gid)
+		}
+		if err := syscall.Mkfifo(filepath.Join(h.ws, "pipe"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(filepath.Join(h.ws, "pipe"), h.who.uid, h.who.gid)
+		r = h.sandboxed("", "cat .env .env.production id_rsa; echo RAN")
+		if !strings.Contains(r.stdout, "RAN") || strings.Contains(r.stdout, token) || strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("with symlinks and a pipe in the project: want the run to start and nothing secret readable:\n%s", r)
+		}
 	})
 }
 

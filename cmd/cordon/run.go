@@ -464,6 +464,30 @@ func (a *app) mount(p string, writable bool) []sandbox.Mount {
 // denyMasks walks the workspace for paths that filesystem.deny hides. A matching symlink is followed
 // to what it names inside the workspace, which is masked too, so a link cannot carry a denied file's
 // content under another name.
+// maskTarget is what hiding the workspace path p takes: p itself when it is a file or directory; for
+// a symlink, its target when that lies in the workspace (a symlink is never mounted over, and one
+// pointing outside leads where the sandbox sees only what the policy mounts); nothing for a pipe or
+// socket, which holds no content to read.
+func maskTarget(project, p string) (string, bool) {
+	fi, err := os.Lstat(p)
+	switch {
+	case err != nil:
+		return "", false
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, err := filepath.EvalSymlinks(p)
+		if err != nil || !within(t, project) {
+			return "", false
+		}
+		if fi, err := os.Stat(t); err != nil || !fi.Mode().IsRegular() && !fi.IsDir() {
+			return "", false
+		}
+		return t, true
+	case fi.Mode().IsRegular() || fi.IsDir():
+		return p, true
+	}
+	return "", false
+}
+
 func denyMasks(project string, globs []string) ([]string, error) {
 	if len(globs) == 0 {
 		return nil, nil
@@ -484,13 +508,9 @@ func denyMasks(project string, globs []string) ([]string, error) {
 		if !m.Match(rel, d.IsDir()) {
 			return nil
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			if t, err := filepath.EvalSymlinks(p); err == nil && within(t, project) {
-				masks = append(masks, t)
-			}
-			return nil
+		if t, ok := maskTarget(project, p); ok {
+			masks = append(masks, t)
 		}
-		masks = append(masks, p)
 		if d.IsDir() {
 			return filepath.SkipDir
 		}
