@@ -71,12 +71,13 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 // and permissions: each use gets the current token (refreshed before it expires), and closing the
 // source revokes every token it minted.
 func (a *app) githubApp(g *policy.GitHubApp) (creds.Source, error) {
-	key, err := os.ReadFile(g.PrivateKeyFile)
+	// Read as any credential file is: refused when other users can read it.
+	key, err := creds.FromFile(g.PrivateKeyFile).Secret(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("GitHub App private key: %w", err)
 	}
 	src, err := githubapp.New(githubapp.Config{
-		AppID: g.AppID, PrivateKeyPEM: key, InstallationID: g.InstallationID,
+		AppID: g.AppID, PrivateKeyPEM: []byte(key.Reveal()), InstallationID: g.InstallationID,
 		Repositories: g.Repositories, Permissions: g.Permissions, BaseURL: g.APIURL,
 	})
 	if err != nil {

@@ -419,3 +419,30 @@ credentials:
 		})
 	}
 }
+
+// TestCredentialFilesOwnerOnly: a credential file (a token, a GitHub App's private key) that other users
+// can read is refused before anything starts: it is already leaked, and cordon must not pretend.
+func TestCredentialFilesOwnerOnly(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		keyFile := filepath.Join(h.base, "app.pem")
+		tokenFile := filepath.Join(h.base, "token")
+		h.writeFile(keyFile, "-----BEGIN RSA PRIVATE KEY-----\nnot checked this far\n-----END RSA PRIVATE KEY-----\n", 0o644)
+		h.writeFile(tokenFile, "tok-"+h.canary+"\n", 0o644)
+		for name, from := range map[string]string{
+			"app key": fmt.Sprintf("{githubApp: {appId: 1, privateKeyFile: %q, installationId: 2, repositories: [acme/app], permissions: {contents: read}}}", keyFile),
+			"token":   fmt.Sprintf("{file: %q}", tokenFile),
+		} {
+			pol := fmt.Sprintf("network: {allow: [github.test]}\ncredentials:\n  - {name: T, from: %s, inject: {host: github.test, scheme: bearer}}\n", from)
+			r := h.sandboxed(pol, "echo RAN")
+			if r.code != exitCordon || strings.Contains(r.stdout, "RAN") || !strings.Contains(r.stderr, "T") {
+				t.Fatalf("%s readable by others: want exit 125 and nothing run:\n%s", name, r)
+			}
+		}
+		// Control: the same token file, readable by its owner only, is taken.
+		os.Chmod(tokenFile, 0o600)
+		pol := fmt.Sprintf("network: {allow: [github.test]}\ncredentials:\n  - {name: T, from: {file: %q}, inject: {host: github.test, scheme: bearer}}\n", tokenFile)
+		if r := h.sandboxed(pol, `echo "RAN $T"`); !strings.Contains(r.stdout, "RAN ") || strings.Contains(r.stdout, h.canary) {
+			t.Fatalf("control: an owner-only token file: want a run with a placeholder:\n%s", r)
+		}
+	})
+}
