@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -154,6 +155,12 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
 		return
+	}
+	// The outgoing URL (which, for a presigned AWS URL, carries the signature made with the real
+	// keys) is not for the sandbox to read: keep only the cause.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
 	ex.err = err.Error()
 	var (
