@@ -105,10 +105,27 @@ func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
 // and Go read by default.
 const systemBundle = "ssl/certs/ca-certificates.crt"
 
+// hostBundles are where distributions keep the system CA bundle (the list Go's crypto/x509 reads),
+// Debian's first.
+var hostBundles = []string{
+	"/etc/" + systemBundle,
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
 // trustEntries adds the extra CAs: alone, with the host's bundle, and that bundle in place of the
 // system one, so that programs which ignore SSL_CERT_FILE and its kin trust them too.
 func trustEntries(ca []byte) []etcEntry {
-	bundle, _ := os.ReadFile(filepath.Join("/etc", systemBundle))
+	var bundle []byte
+	for _, f := range hostBundles {
+		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
+			bundle = b
+			break
+		}
+	}
 	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
 		bundle = append(bundle, '\n')
 	}
@@ -118,7 +135,7 @@ func trustEntries(ca []byte) []etcEntry {
 		{Name: rel(sandbox.TrustedCAPath), Kind: "generated", Content: string(ca)},
 		{Name: rel(sandbox.CABundlePath), Kind: "generated", Content: string(bundle) + string(ca)},
 	}
-	if len(bundle) > 0 {
+	if _, err := os.Stat("/etc/" + systemBundle); err == nil {
 		out = append(out, etcEntry{Name: systemBundle, Kind: "cover", Target: rel(sandbox.CABundlePath)})
 	}
 	return out
