@@ -39,27 +39,12 @@ func newApp(t *testing.T, o fakegithub.Options) *fakegithub.App {
 	return fakegithub.NewApp(t, o)
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newClock() *fakegithub.Clock {
+	return fakegithub.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // config is a Config for app, asking for contents:write and pull_requests:write on acme/app and docs.
-func config(app *fakegithub.App, clk *clock) githubapp.Config {
+func config(app *fakegithub.App, clk *fakegithub.Clock) githubapp.Config {
 	return githubapp.Config{
 		AppID:          app.ID,
 		PrivateKeyPEM:  app.PrivateKeyPEM,

@@ -17,31 +17,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/creds/githubapp/fakegithub"
 )
 
-// clock is a settable time source shared by the fake and the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newClock() *fakegithub.Clock {
+	return fakegithub.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }
 
 // forge builds a JWT by hand, independently of any JWT library, so the fake's verifier can be attacked
@@ -338,7 +321,7 @@ func TestTokenLifecycle(t *testing.T) {
 }
 
 // mintToken asks the fake for a token as an app client would, with a hand-made JWT.
-func mintToken(t *testing.T, app *fakegithub.App, clk *clock, repos []string, perms map[string]string) string {
+func mintToken(t *testing.T, app *fakegithub.App, clk *fakegithub.Clock, repos []string, perms map[string]string) string {
 	t.Helper()
 	status, body := do(t, app, "POST", "/app/installations/1000/access_tokens", "Bearer "+appJWT(t, app, clk.Now()),
 		map[string]any{"repositories": repos, "permissions": perms})
