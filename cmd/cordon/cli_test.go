@@ -18,6 +18,8 @@ import (
 func TestExitCodesAndStreams(t *testing.T) {
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		pol := h.policy("")
+		h.writeFile(filepath.Join(h.ws, "tools", "hello.sh"), "#!/bin/sh\necho hello from $0\n", 0o755)
+		h.chownAll(h.ws)
 		tests := []struct {
 			name     string
 			stdin    string
@@ -30,6 +32,8 @@ func TestExitCodesAndStreams(t *testing.T) {
 			{"exit status", "", []string{"run", "--policy", pol, "--", "sh", "-c", "exit 3"}, 3, "", ""},
 			{"killed by signal", "", []string{"run", "--policy", pol, "--", "sh", "-c", "kill -9 $$"}, 137, "", ""},
 			{"not found", "", []string{"run", "--policy", pol, "--", "no-such-agent"}, 127, "", `no-such-agent: command not found inside the sandbox`},
+			{"relative to the workspace", "", []string{"run", "--policy", pol, "--", "./tools/hello.sh"}, 0, "hello from ./tools/hello.sh\n", ""},
+			{"relative and missing", "", []string{"run", "--policy", pol, "--", "./tools/nope.sh"}, 127, "", `\./tools/nope.sh: command not found inside the sandbox`},
 			{"not executable", "", []string{"run", "--policy", pol, "--", "/etc/hostname"}, 126, "", `cannot be executed inside the sandbox`},
 			{"no command", "", []string{"run", "--policy", pol}, exitUsage, "", `run: no command given`},
 			{"unknown flag", "", []string{"run", "--bogus", "--", "true"}, exitUsage, "", `flag provided but not defined: -bogus`},

@@ -152,7 +152,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
 		return 0, nil, err
 	}
-	path, err := lookPath(spec.Args[0], spec.Env)
+	path, err := lookPath(spec.Args[0], spec.Dir, spec.Env)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -320,13 +320,19 @@ func execError(name string, err error) error {
 	return ee
 }
 
-// lookPath finds the command with the sandbox's own PATH, inside the new root.
-func lookPath(name string, env []string) (string, error) {
+// lookPath finds the command with the sandbox's own PATH, inside the new root. A name with a slash
+// is taken as it is, relative to dir (the command's working directory, which it is started in) when
+// it is not absolute: `cordon run -- ./build.sh` runs the workspace's script.
+func lookPath(name, dir string, env []string) (string, error) {
 	if name == "" {
 		return "", &sandbox.ExecError{Path: name, NotFound: true, Err: os.ErrNotExist}
 	}
 	if strings.Contains(name, "/") {
-		if _, err := os.Stat(name); err != nil {
+		at := name
+		if !filepath.IsAbs(name) && dir != "" {
+			at = filepath.Join(dir, name)
+		}
+		if _, err := os.Stat(at); err != nil {
 			return "", execError(name, err)
 		}
 		return name, nil
