@@ -23,6 +23,9 @@ import (
 )
 
 func main() {
+	if role(os.Args) {
+		return
+	}
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
 	sizeMiB := flag.Int("size", 1024, "download size in MiB")
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
@@ -73,29 +76,37 @@ func main() {
 
 	// Throughput: curl reports its own average download speed (bytes/s), so process start-up is not
 	// counted on either side.
-	curl := func(host, proxy string) string {
+	curl := func(host string, port int, proxy string) string {
 		return fmt.Sprintf("curl -sS %s -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", proxy, host, port, *sizeMiB)
 	}
+	// The floor: what relaying alone costs here, measured with relays that check and log nothing.
+	upstream := fmt.Sprintf("127.0.0.1:%d", port)
+	goRelay, epollRelay := startRelay("relay-go", upstream), startRelay("relay-epoll", upstream)
+	defer goRelay.stop()
+	defer epollRelay.stop()
+	relayCPU := func() time.Duration { return goRelay.cpu() + epollRelay.cpu() }
 	if want("download") {
-		// Three ways, interleaved in each round: direct (no sandbox), through the transparent path
-		// (proxies off: DNS, nftables redirect, conntrack), through the explicit proxy (HTTP_PROXY).
+		// Four ways, interleaved in each round: direct (no sandbox); through a plain Go relay on the
+		// host (the floor); through cordon's transparent path (proxies off: DNS, nftables redirect,
+		// conntrack); through its explicit proxy (HTTP_PROXY).
 		ways := []struct {
 			name string
 			argv []string
 		}{
-			{"direct", []string{"sh", "-c", curl("127.0.0.1", "--noproxy '*'")}},
-			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", "--noproxy '*'")}},
-			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", `-x "$http_proxy"`)}},
+			{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}},
+			{"Go relay", []string{"sh", "-c", curl("127.0.0.1", goRelay.port, "--noproxy '*'")}},
+			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}},
+			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}},
 		}
 		speeds := make([][]float64, len(ways))
-		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's through it
+		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's or the relay's with it
 		var server time.Duration
 		for range *rounds {
 			for i, w := range ways {
-				s0, c0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
+				s0, c0, r0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN), relayCPU()
 				speeds[i] = append(speeds[i], speed(run(env, project, w.argv[0], w.argv[1:]...)))
 				server += cpuTime(syscall.RUSAGE_SELF) - s0
-				cpu[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0
+				cpu[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0 + relayCPU() - r0
 			}
 		}
 		gib := float64(*sizeMiB) / 1024 * float64(*rounds)
@@ -105,67 +116,60 @@ func main() {
 			for k := range ratios {
 				ratios[k] = speeds[i][k] / speeds[0][k]
 			}
-			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ cordon) CPU %.2f s/GiB\n",
+			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB\n",
 				w.name, median(slices.Clone(speeds[i]))/(1<<20), slices.Min(speeds[i])/(1<<20), slices.Max(speeds[i])/(1<<20),
 				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), cpu[i].Seconds()/gib)
 		}
 	}
 
-	// Connection rate: P Python processes (forked from one) each open, use and close their share of N
-	// connections in sequence; each connection is timed. The client is the same direct and through the
-	// gateway: compare like with like (one process per connection, such as curl's, could not reach
-	// 5,000 per second on this VM even directly).
-	py := `python3 -c '
-import os, socket, sys, time
-host, port, n, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
-req = b"HEAD /?mib=0 HTTP/1.1\r\nHost: bench.test\r\n\r\n"
-for i in range(20):
-    s = socket.create_connection(addr); s.sendall(req); s.recv(1024); s.close()
-r, w = os.pipe()
-t = time.perf_counter()
-for p in range(procs):
-    if os.fork() == 0:
-        lat = []
-        for i in range(n // procs):
-            t0 = time.perf_counter()
-            s = socket.create_connection(addr); s.sendall(req); s.recv(1024); s.close()
-            lat.append(time.perf_counter() - t0)
-        lat.sort()
-        os.write(w, ("%%f\n" %% lat[len(lat)//2]).encode())
-        os._exit(0)
-for p in range(procs): os.wait()
-el = time.perf_counter() - t
-os.close(w)
-p50 = sorted(float(x) for x in os.read(r, 65536).split())
-print(n // procs * procs / el, p50[len(p50)//2] * 1e6)
-' %s %d %d %d`
+	// Connection rate: this binary as the client ("client" role, Go: connect, HEAD, read, close; PAR
+	// goroutines), the same client direct, through the two floor relays, and from inside cordon
+	// (copied into the project, which is the sandbox's working directory).
 	if want("rate") {
-		for _, procs := range []int{1, 4} {
-			var rd, rg, ld, lg []float64
-			var cpu [3]time.Duration // server, client direct, client + cordon through
+		self, err := os.Executable()
+		check(err)
+		exe, err := os.ReadFile(self)
+		check(err)
+		check(os.WriteFile(filepath.Join(project, "egress-client"), exe, 0o755))
+		ways := []struct {
+			name string
+			argv func(par int) []string
+		}{
+			{"direct", func(par int) []string {
+				return []string{self, "client", upstream, strconv.Itoa(*conns), strconv.Itoa(par)}
+			}},
+			{"Go relay", func(par int) []string {
+				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", goRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
+			}},
+			{"epoll relay", func(par int) []string {
+				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", epollRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
+			}},
+			{"cordon", func(par int) []string {
+				return []string{bin, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
+			}},
+		}
+		for _, par := range []int{1, 4} {
+			rates, lats := make([][]float64, len(ways)), make([][]float64, len(ways))
 			for range *rounds {
-				s0, c0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-				d := strings.Fields(run(env, project, "sh", "-c", fmt.Sprintf(py, "127.0.0.1", port, *conns, procs)))
-				c1 := cpuTime(syscall.RUSAGE_CHILDREN)
-				g := strings.Fields(run(env, project, bin, "run", "--policy", pol, "--", "sh", "-c", fmt.Sprintf(py, "bench.test", port, *conns, procs)))
-				s2, c2 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-				cpu[0] += s2 - s0
-				cpu[1] += c1 - c0
-				cpu[2] += c2 - c1
-				rd, ld = append(rd, parse(d[0])), append(ld, parse(d[1]))
-				rg, lg = append(rg, parse(g[0])), append(lg, parse(g[1]))
+				for i, w := range ways {
+					argv := w.argv(par)
+					f := strings.Fields(run(env, project, argv[0], argv[1:]...))
+					rates[i], lats[i] = append(rates[i], parse(f[0])), append(lats[i], parse(f[1]))
+				}
 			}
-			ratios := make([]float64, len(rd))
-			for i := range rd {
-				ratios[i] = rg[i] / rd[i]
+			fmt.Printf("new connections, %d at a time, %d each, %d rounds (medians; target >= 5000/s and < 200 µs added):\n", par, *conns, *rounds)
+			for i, w := range ways {
+				ratio := func(base int) float64 {
+					r := make([]float64, *rounds)
+					for k := range r {
+						r[k] = rates[i][k] / rates[base][k]
+					}
+					return median(r)
+				}
+				fmt.Printf("  %-11s %6.0f/s (range %.0f-%.0f), %.2fx direct, %.2fx the epoll relay; p50 per connection %4.0f µs, %4.0f µs added\n",
+					w.name, median(slices.Clone(rates[i])), slices.Min(rates[i]), slices.Max(rates[i]), ratio(0), ratio(2),
+					median(slices.Clone(lats[i])), median(slices.Clone(lats[i]))-median(slices.Clone(lats[0])))
 			}
-			fmt.Printf("new connections, %d client process(es), %d rounds (medians): direct %.0f/s, through the gateway %.0f/s (range %.0f-%.0f; target >= 5000/s), %.2fx (range %.2f-%.2f); p50 per connection %.0f µs direct, %.0f µs through: %.0f µs added (target < 200 µs)\n",
-				procs, *rounds, median(slices.Clone(rd)), median(slices.Clone(rg)), slices.Min(rg), slices.Max(rg),
-				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), median(ld), median(lg), median(lg)-median(ld))
-			total := float64(*rounds * (*conns + 20))
-			fmt.Printf("  CPU µs per connection: server %.0f, direct client %.0f, through: client + cordon %.0f (cordon's start included)\n",
-				cpu[0].Seconds()/total/2*1e6, cpu[1].Seconds()/total*1e6, cpu[2].Seconds()/total*1e6)
 		}
 	}
 
