@@ -43,7 +43,13 @@ func newTLSUpstream(t *testing.T, h *harness, header string, names ...string) *t
 		u.mu.Lock()
 		u.seen = append(u.seen, seenRequest{host: r.Host, method: r.Method, path: r.URL.Path, header: r.Header.Get(header), auth: r.Header.Get("Authorization")})
 		u.mu.Unlock()
-		// Never echo a header back: the agent's output must stay free of the real secret.
+		if strings.HasPrefix(r.URL.Path, "/echo") {
+			// A host that quotes the credential it was sent (an error page, a debugging endpoint):
+			// the gateway must put the placeholder back before the agent reads it.
+			w.Header().Set("X-Echo", r.Header.Get(header))
+			fmt.Fprintf(w, "UPSTREAM %s %s %s ECHO=%s\n", r.Method, r.Host, r.URL.Path, r.Header.Get(header))
+			return
+		}
 		fmt.Fprintf(w, "UPSTREAM %s %s %s proto=%s\n", r.Method, r.Host, r.URL.Path, r.Proto)
 	}), names...)
 	return u
@@ -98,7 +104,7 @@ credentials:
     inject: {host: api.test, header: x-api-key}
 `, up.port, up.caFile)
 		h.writeFile(filepath.Join(h.ws, "upstream-ca.pem"), mustRead(t, up.caFile), 0o644)
-		paths := []string{"/curl", "/curl-proxy-h1", "/python", "/go"}
+		paths := []string{"/curl", "/curl-proxy-h1", "/python", "/go", "/echo-curl", "/echo-python"}
 		node := ""
 		if nodeErr == nil {
 			// node's fetch ignores the proxy variables and trusts NODE_EXTRA_CA_CERTS.
@@ -111,6 +117,8 @@ curl -sS -m 10 --http1.1 -H "x-api-key: $API_KEY" https://api.test:%[1]d/curl-pr
 python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%[1]d/python", headers={"x-api-key": os.environ["API_KEY"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'
 ./goclient https://api.test:%[1]d/go tcp4 x-api-key API_KEY
 %[2]s
+curl -sS -m 10 --noproxy '*' -D - -H "x-api-key: $API_KEY" https://api.test:%[1]d/echo-curl
+python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%[1]d/echo-python", headers={"x-api-key": os.environ["API_KEY"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'
 curl -sS -m 10 --noproxy '*' -H "x-api-key: $API_KEY" https://rules.test:%[1]d/ok/misuse
 curl -sS -m 10 --noproxy '*' --cacert upstream-ca.pem -H "x-api-key: $API_KEY" https://other.test:%[1]d/passthrough
 env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; grep -rs "$(printf 'REAL%%sSECRET' '')" /etc /tmp "$HOME" . && echo FOUND-IN-FILES
@@ -135,6 +143,15 @@ true`, up.port, node)
 		}
 		if strings.Contains(r.stdout+r.stderr, "REALSECRET") {
 			t.Fatalf("the real value reached the agent or cordon's output:\n%s", r)
+		}
+		// The echoing host got the real value (checked below) and the agent read its placeholder.
+		for _, want := range []string{"/echo-curl ECHO=" + placeholder, "/echo-python ECHO=" + placeholder, "x-echo: " + placeholder} {
+			if !strings.Contains(strings.ToLower(r.stdout), strings.ToLower(want)) {
+				t.Errorf("the agent did not read %q from the echoing host:\n%s", want, r)
+			}
+		}
+		if !strings.Contains(r.stderr, "2 answers echoed a credential") {
+			t.Errorf("the run's summary does not count the echoes:\n%s", r.stderr)
 		}
 		got := map[string]string{}
 		for _, s := range up.requests() {

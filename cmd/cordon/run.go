@@ -118,7 +118,7 @@ func (a *app) cmdRun(args []string) int {
 			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
 		}
 		if credSet != nil {
-			gcfg.InjectHosts, gcfg.Modify = credSet.Hosts(), credSet.Modify
+			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err == nil {

@@ -39,6 +39,9 @@ const (
 	// DetailCredentialMisuse lists placeholders found where their credential is not allowed (another
 	// host, another header): the request went out with the placeholder unchanged.
 	DetailCredentialMisuse = "credential_misuse"
+	// DetailCredentialEchoed counts credential values the upstream's answer held, which the gateway
+	// replaced with their placeholders before the sandbox read it.
+	DetailCredentialEchoed = "credential_echoed"
 )
 
 // Recorder takes events. Implementations must be safe for concurrent use and must never block the

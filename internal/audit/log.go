@@ -29,6 +29,9 @@ type Summary struct {
 	// Dropped counts events that could not be written (the file was too slow or failing); the
 	// summary still includes them.
 	Dropped int
+	// Echoes counts answers that held a credential value sent to their host (replaced by its
+	// placeholder before the sandbox read them).
+	Echoes int
 	// CredentialUses counts requests a real credential value went into; Misuses, requests that
 	// carried a placeholder where its credential is not allowed.
 	CredentialUses, Misuses int
@@ -39,6 +42,9 @@ func (s Summary) String() string {
 	out := fmt.Sprintf("%d allowed, %d denied, %s in, %s out", s.Allowed, s.Denied, byteCount(s.BytesIn), byteCount(s.BytesOut))
 	if s.CredentialUses > 0 || s.Misuses > 0 {
 		out += fmt.Sprintf(", credentials injected into %d requests", s.CredentialUses)
+	}
+	if s.Echoes > 0 {
+		out += fmt.Sprintf(", %d answers echoed a credential (the sandbox got the placeholder)", s.Echoes)
 	}
 	if s.Misuses > 0 {
 		out += fmt.Sprintf(", %d requests carried a placeholder where it does not belong", s.Misuses)
@@ -138,6 +144,9 @@ func (l *Log) Record(e Event) {
 	}
 	if e.Detail[DetailCredentialMisuse] != "" {
 		l.sum.Misuses++
+	}
+	if e.Detail[DetailCredentialEchoed] != "" {
+		l.sum.Echoes++
 	}
 	if l.closed || encErr != nil || len(l.pending)+buf.Len() > maxPending {
 		l.sum.Dropped++

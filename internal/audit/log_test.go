@@ -235,6 +235,7 @@ func TestSummaryString(t *testing.T) {
 		{Summary{Allowed: 12, Denied: 3, BytesIn: 1_234_567, BytesOut: 30_100}, "12 allowed, 3 denied, 1.2 MB in, 30.1 kB out"},
 		{Summary{Allowed: 1, Dropped: 2, BytesIn: 999}, "1 allowed, 0 denied, 999 B in, 0 B out (2 events not logged)"},
 		{Summary{Allowed: 4, CredentialUses: 3, Misuses: 1}, "4 allowed, 0 denied, 0 B in, 0 B out, credentials injected into 3 requests, 1 requests carried a placeholder where it does not belong"},
+		{Summary{Allowed: 2, CredentialUses: 2, Echoes: 1}, "2 allowed, 0 denied, 0 B in, 0 B out, credentials injected into 2 requests, 1 answers echoed a credential (the sandbox got the placeholder)"},
 	} {
 		if got := tt.s.String(); got != tt.want {
 			t.Errorf("got %q, want %q", got, tt.want)
@@ -247,10 +248,10 @@ func TestSummaryString(t *testing.T) {
 func TestSummaryCountsCredentialsAndNotRequestBytesTwice(t *testing.T) {
 	l := newLog(io.Discard)
 	l.Record(Event{Kind: "connect", Decision: "allow", BytesIn: 100, BytesOut: 10})
-	l.Record(Event{Kind: "http", Decision: "allow", BytesIn: 90, BytesOut: 5, Detail: map[string]string{DetailCredentials: "API_KEY"}})
+	l.Record(Event{Kind: "http", Decision: "allow", BytesIn: 90, BytesOut: 5, Detail: map[string]string{DetailCredentials: "API_KEY", DetailCredentialEchoed: "2"}})
 	l.Record(Event{Kind: "http", Decision: "allow", Detail: map[string]string{DetailCredentialMisuse: "API_KEY in header X"}})
 	s := l.Summary()
-	if s.BytesIn != 100 || s.BytesOut != 10 || s.CredentialUses != 1 || s.Misuses != 1 || s.Allowed != 3 {
+	if s.BytesIn != 100 || s.BytesOut != 10 || s.CredentialUses != 1 || s.Misuses != 1 || s.Echoes != 1 || s.Allowed != 3 {
 		t.Fatalf("summary %+v", s)
 	}
 	l.Close()

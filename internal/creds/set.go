@@ -18,6 +18,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
 	"github.com/cordon-sandbox/cordon/internal/hostname"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
 // MaxBodyBytes bounds the request body searched for placeholders where a
@@ -102,6 +103,31 @@ type entry struct {
 	awsTokens []string // placeholders to look for: key id, secret, session token
 
 	lowerTokens []string // tokens(), lower-cased, for header names
+
+	awsPairs []redact.Pair // real AWS key parts and their placeholders
+
+	mu       sync.Mutex
+	revealed []redact.Pair // values sent upstream, most recent last (see reveal)
+}
+
+// maxRevealed bounds the values a credential remembers having sent: a minting source's token
+// changes every hour or so, and only recent ones can still be echoed.
+const maxRevealed = 16
+
+// reveal records values put into a request with what the sandbox had in their place, so that the
+// same values in the upstream's answers can be put back (Redactions).
+func (e *entry) reveal(ps ...redact.Pair) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range ps {
+		if p.Secret == "" || slices.Contains(e.revealed, p) {
+			continue
+		}
+		e.revealed = append(e.revealed, p)
+		if len(e.revealed) > maxRevealed {
+			e.revealed = slices.Delete(e.revealed, 0, 1)
+		}
+	}
 }
 
 // Set is a run's credentials: placeholders for the sandbox, real values kept
@@ -161,6 +187,11 @@ func (s *Set) prepare(ctx context.Context, specs []Spec) error {
 				return fmt.Errorf("credential %s: %w", sp.Name, err)
 			}
 			e.awsTokens = []string{e.awsPH.AccessKeyID, e.awsPH.SecretAccessKey}
+			e.awsPairs = []redact.Pair{
+				{Secret: real.AccessKeyID, Replacement: e.awsPH.AccessKeyID},
+				{Secret: real.SecretAccessKey, Replacement: e.awsPH.SecretAccessKey},
+				{Secret: real.SessionToken, Replacement: e.awsPH.SessionToken},
+			}
 			if e.awsPH.SessionToken != "" {
 				e.awsTokens = append(e.awsTokens, e.awsPH.SessionToken)
 			}
@@ -395,6 +426,7 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 		}
 		if ok {
 			injected = append(injected, e.name)
+			e.reveal(e.awsPairs...) // the key id and session token went out in the request
 		}
 	}
 	ps := places(r, body)
@@ -456,6 +488,10 @@ func (e *entry) inject1(r *http.Request, body *[]byte) (bool, error) {
 			}
 			if ok {
 				vs[i], done = nv, true
+				// Basic credentials go out encoded: an echo of the header carries them so.
+				_, sent, _ := strings.Cut(nv, " ")
+				_, had, _ := strings.Cut(v, " ")
+				e.reveal(redact.Pair{Secret: sent, Replacement: strings.TrimSpace(had)})
 			}
 		}
 	}
@@ -466,7 +502,32 @@ func (e *entry) inject1(r *http.Request, body *[]byte) (bool, error) {
 		}
 		*body, done = bytes.ReplaceAll(*body, []byte(e.placeholder), []byte(val)), true
 	}
+	if done {
+		e.reveal(redact.Pair{Secret: real, Replacement: e.placeholder})
+	}
 	return done, nil
+}
+
+// Redactions returns, for the answers of name (a connection's host), every credential value the
+// gateway has sent to it with what the sandbox holds in its place: a host that echoes a request's
+// credential (an error quoting the Authorization header, an API returning the key it was called
+// with) must not hand the real value to the agent. Only values already sent are listed; a host
+// cannot echo what it never received. Nil when there is nothing to put back.
+func (s *Set) Redactions(name string) []redact.Pair {
+	host, err := hostname.Normalize(name)
+	if err != nil {
+		return nil
+	}
+	var out []redact.Pair
+	for _, e := range s.entries {
+		if !e.boundTo(host) {
+			continue
+		}
+		e.mu.Lock()
+		out = append(out, e.revealed...)
+		e.mu.Unlock()
+	}
+	return out
 }
 
 // replaceAuthorization puts the real value in place of placeholder in one

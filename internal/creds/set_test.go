@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
 const (
@@ -380,6 +382,11 @@ func TestModifyAWS(t *testing.T) {
 	if err != nil || d[DetailInjected] != "AWS" || d[DetailMisuse] != "" || !strings.Contains(r.Header.Get("Authorization"), "Credential="+real.AccessKeyID+"/") {
 		t.Fatalf("bound host: %v %v %q", d, err, r.Header.Get("Authorization"))
 	}
+	// S3's errors quote the access key id they were signed with: it must come back as the placeholder.
+	reds := set.Redactions("bucket.s3.amazonaws.com")
+	if !slices.Contains(reds, redact.Pair{Secret: real.AccessKeyID, Replacement: ph.AccessKeyID}) {
+		t.Fatalf("Redactions after re-signing = %v", reds)
+	}
 	r = req(ph, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
 	if _, err := set.Modify(r, "s3.amazonaws.com"); err == nil || !strings.Contains(err.Error(), "credential AWS:") {
 		t.Fatalf("signed chunks: err = %v, want a refusal", err)
@@ -418,5 +425,51 @@ func TestModifyBasicUserColon(t *testing.T) {
 	}
 	if u, p, _ := r.BasicAuth(); u != "x" || p != "user:colon-REAL-0123456789abcdef" {
 		t.Fatalf("password with ':': %q %q", u, p)
+	}
+}
+
+// TestRedactions: what Modify sent to a host is listed, with the sandbox's placeholder, for that
+// host's answers only, and only once it was sent; Basic credentials in their encoded form too.
+func TestRedactions(t *testing.T) {
+	set, ph, _ := testSet(t)
+	if got := set.Redactions("api.example.com"); len(got) != 0 {
+		t.Fatalf("before any request: %v", got)
+	}
+	modify := func(host string, h http.Header) {
+		t.Helper()
+		r := httptest.NewRequest("GET", "https://"+host+"/", nil)
+		r.Header = h
+		if _, err := set.Modify(r, host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modify("api.example.com", http.Header{"X-Api-Key": {ph["API"]}})
+	modify("git.example.com", http.Header{"Authorization": {basic("x-access-token", ph["GIT"])}})
+	modify("evil.example.com", http.Header{"X-Api-Key": {ph["WILD"]}}) // not bound: nothing sent
+
+	has := func(host, secret, replacement string) bool {
+		for _, p := range set.Redactions(host) {
+			if p.Secret == secret && p.Replacement == replacement {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("api.example.com", realAPI, ph["API"]) || !has("API.Example.COM.", realAPI, ph["API"]) {
+		t.Errorf("api.example.com: %v", set.Redactions("api.example.com"))
+	}
+	sentBasic := strings.TrimPrefix(basic("x-access-token", realGit), "Basic ")
+	if !has("git.example.com", realGit, ph["GIT"]) || !has("git.example.com", sentBasic, strings.TrimPrefix(basic("x-access-token", ph["GIT"]), "Basic ")) {
+		t.Errorf("git.example.com: %v", set.Redactions("git.example.com"))
+	}
+	for _, host := range []string{"git.example.com", "evil.example.com", "x.wild.example.com"} {
+		for _, p := range set.Redactions(host) {
+			if p.Secret == realAPI {
+				t.Errorf("%s lists API's value, which only api.example.com was sent", host)
+			}
+		}
+	}
+	if got := set.Redactions("x.wild.example.com"); len(got) != 0 {
+		t.Errorf("WILD was never sent, yet: %v", got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	InjectHosts []string
 	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
 	Modify func(r *http.Request, name string) (map[string]string, error)
+	// Redactions lists the credential values sent to a host, to be put back to their placeholders
+	// in its answers (creds.Set.Redactions); nil searches nothing.
+	Redactions func(name string) []redact.Pair
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -165,7 +169,7 @@ func (g *Gateway) prepareInterception(cfg Config) error {
 		notify = onceEach(cfg.Notify)
 	}
 	g.ic, err = intercept.New(intercept.Config{
-		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Recorder: g.log,
+		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
 		Notify: notify,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,19 +13,23 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
 // exchange is one request's state, shared with the reverse proxy's hooks through the context.
 type exchange struct {
-	conn   *conn
-	status int    // the upstream's status, or ours
-	err    string // why the upstream could not be reached
-	denied bool   // the gateway refused the upstream (its certificate)
-	h2     bool   // the client spoke HTTP/2
+	conn    *conn
+	status  int    // the upstream's status, or ours
+	err     string // why the upstream could not be reached
+	refusal string // why the gateway refused the upstream's answer (its certificate, an encoding)
+	h2      bool   // the client spoke HTTP/2
+	// red replaces the credential values the host has been sent in its answers (Config.Redactions).
+	red *redact.Replacer
 }
 
 type exchangeKey struct{}
@@ -54,8 +59,11 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		if ex.err != "" {
 			ev.Detail["error"] = ex.err
 		}
-		if ex.denied {
-			ev.Decision, ev.Rule, ev.Reason = "deny", gatewayRule, "upstream certificate not verified"
+		if ex.refusal != "" {
+			ev.Decision, ev.Rule, ev.Reason = "deny", gatewayRule, ex.refusal
+		}
+		if n := ex.red.Count(); n > 0 {
+			ev.Detail[audit.DetailCredentialEchoed] = strconv.FormatInt(n, 10)
 		}
 		if body != nil {
 			ev.BytesOut = body.n.Load()
@@ -119,6 +127,15 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if i.redactions != nil {
+		ex.red = redact.New(i.redactions(c.name))
+	}
+	if ex.red != nil {
+		// The answer is searched for the values sent to this host: ask for it unencoded, and a
+		// websocket without compression, so that what is searched is what the sandbox reads.
+		r.Header.Set("Accept-Encoding", "identity")
+		r.Header.Del("Sec-Websocket-Extensions")
+	}
 	ev.Decision = "allow"
 	r.Header.Del("Host")
 	if r.Body != nil && r.Body != http.NoBody {
@@ -139,14 +156,94 @@ func (i *Interceptor) rewrite(pr *httputil.ProxyRequest) {
 }
 
 func modifyResponse(res *http.Response) error {
-	if ex := exchangeOf(res.Request.Context()); ex != nil {
+	ex := exchangeOf(res.Request.Context())
+	if ex != nil {
 		ex.status = res.StatusCode
 	}
 	if res.ContentLength > 0 && res.Body != nil {
 		res.Body = fullReader{res.Body}
 	}
+	if ex != nil && ex.red != nil {
+		return redactResponse(res, ex.red)
+	}
 	return nil
 }
+
+// errUnredactable refuses an answer that could carry a credential value in a form the gateway
+// cannot search.
+var errUnredactable = errors.New("the answer cannot be searched for credential values")
+
+// redactResponse replaces credential values in an answer's header, body and trailer. A body in an
+// encoding it cannot search is refused (the request asked for none, so a host sending one anyway
+// is not answered); gzip, which some servers send regardless, is decoded.
+func redactResponse(res *http.Response, red *redact.Replacer) error {
+	for _, vs := range res.Header {
+		red.Strings(vs)
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// A websocket: the upstream's frames are read through the replacer. Frames from a server
+		// are not masked and (extensions were not offered) not compressed, so a value is found as
+		// sent; a replacement of another length would break the framing.
+		rwc, ok := res.Body.(io.ReadWriteCloser)
+		if !ok || !red.SameLength() {
+			return fmt.Errorf("%w: a protocol switch with a credential value of another length than its placeholder", errUnredactable)
+		}
+		res.Body = redactedConn{Reader: red.Reader(rwc), ReadWriteCloser: rwc}
+		return nil
+	}
+	if res.Body == nil || res.Body == http.NoBody {
+		return nil
+	}
+	body := io.Reader(res.Body)
+	switch ce := strings.ToLower(strings.TrimSpace(res.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(res.Body)
+		if err != nil {
+			return fmt.Errorf("%w: the gzip body is malformed: %v", errUnredactable, err)
+		}
+		body = zr
+		res.Header.Del("Content-Encoding")
+		res.Header.Del("Content-Length")
+		res.ContentLength = -1
+	default:
+		return fmt.Errorf("%w: it is encoded with %q", errUnredactable, ce)
+	}
+	if !red.SameLength() {
+		res.Header.Del("Content-Length")
+		res.ContentLength = -1
+	}
+	res.Body = &redactedBody{Reader: red.Reader(body), Closer: res.Body, atEOF: func() {
+		for _, vs := range res.Trailer { // filled in by the time the body ends
+			red.Strings(vs)
+		}
+	}}
+	return nil
+}
+
+// redactedBody is a response body read through a replacer; at its end it redacts the trailer too.
+type redactedBody struct {
+	io.Reader
+	io.Closer
+	atEOF func()
+	once  sync.Once
+}
+
+func (b *redactedBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF {
+		b.once.Do(b.atEOF)
+	}
+	return n, err
+}
+
+// redactedConn is an upgraded upstream connection whose reads go through a replacer.
+type redactedConn struct {
+	io.Reader
+	io.ReadWriteCloser
+}
+
+func (c redactedConn) Read(p []byte) (int, error) { return c.Reader.Read(p) }
 
 // errorHandler answers 502 when the upstream could not be reached or answered nonsense; a certificate
 // the Roots do not vouch for is the gateway's refusal, and is recorded as one.
@@ -170,9 +267,13 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		verifyErr *tls.CertificateVerificationError
 	)
 	reason := "the upstream could not be reached"
-	if errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr) {
-		ex.denied = true
+	switch {
+	case errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr):
+		ex.refusal = "upstream certificate not verified"
 		reason = "the upstream's certificate is not trusted (add its CA to the policy if it is meant to be reached)"
+	case errors.Is(err, errUnredactable):
+		ex.refusal = "answer not searchable for credential values"
+		reason = "cordon refused the upstream's answer"
 	}
 	if errors.Is(err, context.Canceled) {
 		ex.status = 499 // the client went away; nobody reads the answer

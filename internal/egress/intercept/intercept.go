@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
 // Timeouts on the sandbox's side of an intercepted connection. Upstream responses have none: a long
@@ -50,6 +51,12 @@ type Config struct {
 	// set by the interceptor, and a changed Host or path (which the rules judged) is refused with 502. It returns audit details to record (never secret values);
 	// an error refuses the request with 403.
 	Modify func(r *http.Request, name string) (map[string]string, error)
+	// Redactions, if set, lists for a host the values that must not reach the sandbox in its answers,
+	// each with what replaces it: the credential values Modify sent there, which a host may echo.
+	// Header, body, trailer and websocket frames are searched; the request then asks for an
+	// unencoded answer, and one in an encoding that cannot be searched (other than gzip) is refused
+	// with 502.
+	Redactions func(name string) []redact.Pair
 	// Recorder gets one audit.Event of Kind "http" per request. Nil records nothing.
 	Recorder audit.Recorder
 	// Notify, if set, gets a one-line account of each refused request ("blocked METHOD URL: reason —
@@ -66,12 +73,14 @@ type Interceptor struct {
 	rules  ruleSet
 	hosts  []hostPattern
 	modify func(*http.Request, string) (map[string]string, error)
-	rec    audit.Recorder
-	notify func(key, line string)
-	tr1    *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
-	tr2    *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
-	proxy  *httputil.ReverseProxy
-	errLog *log.Logger
+	// redactions is Config.Redactions.
+	redactions func(string) []redact.Pair
+	rec        audit.Recorder
+	notify     func(key, line string)
+	tr1        *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
+	tr2        *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
+	proxy      *httputil.ReverseProxy
+	errLog     *log.Logger
 }
 
 // New checks cfg and builds an Interceptor. Invalid rules are an error naming their Source.
@@ -95,13 +104,14 @@ func New(cfg Config) (*Interceptor, error) {
 		hosts = append(hosts, hp)
 	}
 	i := &Interceptor{
-		ca:     cfg.CA,
-		rules:  rules,
-		hosts:  hosts,
-		modify: cfg.Modify,
-		rec:    cfg.Recorder,
-		notify: cfg.Notify,
-		errLog: log.New(io.Discard, "", 0),
+		ca:         cfg.CA,
+		rules:      rules,
+		hosts:      hosts,
+		modify:     cfg.Modify,
+		redactions: cfg.Redactions,
+		rec:        cfg.Recorder,
+		notify:     cfg.Notify,
+		errLog:     log.New(io.Discard, "", 0),
 	}
 	if i.rec == nil {
 		i.rec = discard{}

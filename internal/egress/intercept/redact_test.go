@@ -1,0 +1,168 @@
+package intercept
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/redact"
+)
+
+// echoing is an upstream that hands back the Authorization header it received, in every way an
+// answer can carry it: a header, a body of known length, a chunked body with the value split across
+// writes, a trailer, a gzip body sent whether asked for or not, a body in an encoding the gateway
+// cannot search, and a websocket frame.
+func echoing(t *testing.T) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/header", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", "you sent "+r.Header.Get("Authorization"))
+		w.Header().Set("X-Accept-Encoding", r.Header.Get("Accept-Encoding"))
+	})
+	mux.HandleFunc("/body", func(w http.ResponseWriter, r *http.Request) {
+		b := `{"error": "bad token", "authorization": "` + r.Header.Get("Authorization") + `"}`
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		io.WriteString(w, b)
+	})
+	mux.HandleFunc("/split", func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		w.Header().Set("Trailer", "X-Trailer-Echo")
+		io.WriteString(w, "start "+a[:len(a)/2])
+		http.NewResponseController(w).Flush()
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(w, a[len(a)/2:]+" end")
+		w.Header().Set("X-Trailer-Echo", a)
+	})
+	mux.HandleFunc("/gzip", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, "compressed echo: "+r.Header.Get("Authorization"))
+		zw.Close()
+	})
+	mux.HandleFunc("/br", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		io.WriteString(w, "\x8b\x03\x80"+r.Header.Get("Authorization")) // not real brotli: unsearchable all the same
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Sec-Websocket-Extensions") != "" {
+			http.Error(w, "extensions reached the upstream", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", wsAccept(r.Header.Get("Sec-WebSocket-Key")))
+		brw.Write(wsFrame(1, []byte("hello "+r.Header.Get("Authorization")), false))
+		brw.Flush()
+		wsRead(brw.Reader) // until the client closes
+	})
+	return mux
+}
+
+// TestRedactions: a host that echoes the credential the gateway put into a request hands the
+// sandbox the placeholder, never the real value, however the answer carries it, over HTTP/1.1 and
+// HTTP/2; what cannot be searched is refused. Each case first checks that the upstream did get the
+// real value, so the test cannot pass by the value never being sent.
+func TestRedactions(t *testing.T) {
+	const (
+		real = "Bearer REAL-0123456789abcdefghij"
+		ph   = "Bearer PHPH-zyxwvutsrqponmlkjihg" // same length
+	)
+	for _, tc := range []struct {
+		name        string
+		replacement string
+	}{{"same length", ph}, {"longer placeholder", ph + "-longer"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, echoing(t), false)
+			sent := false
+			s := newSetup(t, up, "api.example.com", false, func(c *Config) {
+				c.Hosts = []string{"api.example.com"}
+				c.Modify = func(r *http.Request, _ string) (map[string]string, error) {
+					r.Header.Set("Authorization", real)
+					sent = true
+					return map[string]string{audit.DetailCredentials: "API"}, nil
+				}
+				c.Redactions = func(name string) []redact.Pair {
+					if !sent || name != "api.example.com" {
+						return nil
+					}
+					return []redact.Pair{{Secret: real, Replacement: tc.replacement}}
+				}
+			})
+			for _, h2 := range []bool{false, true} {
+				c := s.client(h2)
+				check := func(path, got string) {
+					t.Helper()
+					if strings.Contains(got, "REAL-") || !strings.Contains(got, tc.replacement) {
+						t.Errorf("h2=%v %s: the sandbox read %q", h2, path, got)
+					}
+					reqs := up.requests()
+					if last := reqs[len(reqs)-1]; last.Header.Get("Authorization") != real {
+						t.Fatalf("h2=%v %s: the upstream did not get the real value: %+v", h2, path, last.Header)
+					}
+				}
+				resp, _ := get(t, c, newRequest(t, "GET", s.url("/header"), nil))
+				check("/header", resp.Header.Get("X-Echo"))
+				if ae := resp.Header.Get("X-Accept-Encoding"); ae != "identity" {
+					t.Errorf("h2=%v: the upstream was asked for Accept-Encoding %q, want identity", h2, ae)
+				}
+				resp, body := get(t, c, newRequest(t, "GET", s.url("/body"), nil))
+				check("/body", body)
+				if cl := resp.ContentLength; (cl == int64(len(body))) != (len(real) == len(tc.replacement)) {
+					t.Errorf("h2=%v: Content-Length %d for a body of %d", h2, cl, len(body))
+				}
+				resp, body = get(t, c, newRequest(t, "GET", s.url("/split"), nil))
+				check("/split", body)
+				check("/split trailer", resp.Trailer.Get("X-Trailer-Echo"))
+				resp, body = get(t, c, newRequest(t, "GET", s.url("/gzip"), nil))
+				check("/gzip", body)
+				if resp.Header.Get("Content-Encoding") != "" || !resp.Uncompressed && !strings.HasPrefix(body, "compressed echo") {
+					t.Errorf("h2=%v: gzip answer not decoded: %v %q", h2, resp.Header, body)
+				}
+				resp, body = get(t, c, newRequest(t, "GET", s.url("/br"), nil))
+				if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, "REAL-") || !strings.Contains(body, "cannot be searched") {
+					t.Errorf("h2=%v: unsearchable encoding: %d %q", h2, resp.StatusCode, body)
+				}
+			}
+			ev := s.rec.last(t, "GET", "/body")
+			if ev.Detail[audit.DetailCredentialEchoed] != "1" {
+				t.Errorf("the audit event does not count the echo: %+v", ev)
+			}
+			if ev := s.rec.last(t, "GET", "/br"); ev.Decision != "deny" || ev.Rule != gatewayRule {
+				t.Errorf("refused answer recorded as %+v", ev)
+			}
+
+			// A websocket: the upstream's first frame quotes the header.
+			conn, br := s.raw(t)
+			fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n", s.hostPort())
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(real) != len(tc.replacement) {
+				if resp.StatusCode != http.StatusBadGateway {
+					t.Fatalf("websocket with a placeholder of another length: %d, want 502", resp.StatusCode)
+				}
+				return
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("websocket: %d %s", resp.StatusCode, b)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			op, payload, err := wsRead(br)
+			if err != nil || op != 1 || string(payload) != "hello "+tc.replacement {
+				t.Fatalf("websocket frame: op %d %q %v", op, payload, err)
+			}
+			conn.Write(wsFrame(8, nil, true))
+			conn.Close()
+		})
+	}
+}
