@@ -66,11 +66,11 @@ type (
 )
 
 func relayGo(ln net.Listener, upstream string) {
-	bufs := sync.Pool{New: func() any { return make([]byte, 4<<20) }}
+	bufs := sync.Pool{New: func() any { b := make([]byte, 4<<20); return &b }}
 	pipe := func(dst, src net.Conn) {
-		b := bufs.Get().([]byte)
+		b := bufs.Get().(*[]byte)
 		defer bufs.Put(b)
-		_, _ = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, b)
+		_, _ = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, *b)
 		_ = dst.(*net.TCPConn).CloseWrite()
 	}
 	for {
