@@ -134,6 +134,9 @@ type reader struct {
 }
 
 func (rd *reader) Read(p []byte) (int, error) {
+	if rd.r.sameLength && len(rd.out) == 0 && rd.err == nil && len(p) >= 2*rd.r.maxLen {
+		return rd.readInPlace(p)
+	}
 	for len(rd.out) == 0 {
 		if rd.err != nil {
 			if len(rd.in) > 0 { // the end: what was held back cannot start a secret any more
@@ -155,6 +158,40 @@ func (rd *reader) Read(p []byte) (int, error) {
 	n := copy(p, rd.out)
 	rd.out = rd.out[n:]
 	return n, nil
+}
+
+// readInPlace is Read without a copy of its own, for replacements as long as their secrets (the
+// usual case: placeholders imitate their values): the held-back tail and then the source's bytes
+// are read into p, secrets are overwritten where they lie, and only the new tail is kept back.
+func (rd *reader) readInPlace(p []byte) (int, error) {
+	for {
+		k := copy(p, rd.in) // the tail held back last time (shorter than maxLen, so p has room)
+		n, err := rd.src.Read(p[k:])
+		rd.err = err
+		total := k + n
+		safe := total
+		if err == nil {
+			safe = max(0, total-(rd.r.maxLen-1))
+		}
+		pos := 0
+		for {
+			i, pr := rd.r.next(p[:total], pos)
+			if i < 0 || i >= safe {
+				break
+			}
+			copy(p[i:], pr.Replacement)
+			pos = i + len(pr.Secret)
+			rd.r.count.Add(1)
+		}
+		keep := max(pos, safe)
+		rd.in = append(rd.in[:0], p[keep:total]...)
+		switch {
+		case keep > 0:
+			return keep, nil // an error is returned by the next Read, once in is drained
+		case err != nil:
+			return 0, err
+		}
+	}
 }
 
 // decide moves what in holds into out, replacing secrets, except (unless at the end) its last

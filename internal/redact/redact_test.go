@@ -45,6 +45,26 @@ func (c *chunked) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// readSized reads r to its end with buffers of the given sizes, in turn (each at least 1).
+func readSized(r io.Reader, sizes []int) ([]byte, error) {
+	var out []byte
+	for i := 0; ; i++ {
+		n := 4096
+		if len(sizes) > 0 {
+			n = max(1, sizes[i%len(sizes)])
+		}
+		buf := make([]byte, n)
+		k, err := r.Read(buf)
+		out = append(out, buf[:k]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
 func readAll(t testing.TB, r io.Reader) string {
 	t.Helper()
 	b, err := io.ReadAll(r)
@@ -86,12 +106,15 @@ func TestReplace(t *testing.T) {
 				t.Errorf("Count after String = %d, want %d", r.Count(), tc.count)
 			}
 			for _, sizes := range [][]int{nil, {1}, {2, 3}, {7}} {
-				r := New(tc.pairs)
-				if got := readAll(t, r.Reader(&chunked{s: tc.in, sizes: sizes})); got != tc.want {
-					t.Errorf("Reader with reads of %v = %q, want %q", sizes, got, tc.want)
-				}
-				if r.Count() != tc.count {
-					t.Errorf("Count after Reader = %d, want %d", r.Count(), tc.count)
+				for _, bufs := range [][]int{nil, {1}, {3, 64}} {
+					r := New(tc.pairs)
+					got, err := readSized(r.Reader(&chunked{s: tc.in, sizes: sizes}), bufs)
+					if err != nil || string(got) != tc.want {
+						t.Errorf("Reader with source reads of %v, buffers of %v = %q, %v; want %q", sizes, bufs, got, err, tc.want)
+					}
+					if r.Count() != tc.count {
+						t.Errorf("Count after Reader = %d, want %d", r.Count(), tc.count)
+					}
 				}
 			}
 		})
@@ -146,10 +169,10 @@ func TestSameLength(t *testing.T) {
 // FuzzReader: for any input, secrets and read sizes, the stream and String agree with
 // strings.Replacer, and no secret survives unless a replacement recreates one.
 func FuzzReader(f *testing.F) {
-	f.Add("xx secret yy secretsecret", "secret", "REDACT", "ret", "R", []byte{1, 2, 3})
-	f.Add("aaaa", "aa", "b", "a", "c", []byte{1})
-	f.Add("", "s", "t", "", "", []byte{})
-	f.Fuzz(func(t *testing.T, in, s1, r1, s2, r2 string, sizes []byte) {
+	f.Add("xx secret yy secretsecret", "secret", "REDACT", "ret", "R", []byte{1, 2, 3}, []byte{64})
+	f.Add("aaaa", "aa", "b", "a", "c", []byte{1}, []byte{1, 200})
+	f.Add("", "s", "t", "", "", []byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, in, s1, r1, s2, r2 string, sizes, bufs []byte) {
 		pairs := []Pair{{s1, r1}, {s2, r2}}
 		want := reference(pairs, in)
 		r := New(pairs)
@@ -160,12 +183,16 @@ func FuzzReader(f *testing.F) {
 		for _, b := range sizes {
 			sz = append(sz, int(b))
 		}
-		got, err := io.ReadAll(r.Reader(&chunked{s: in, sizes: sz}))
+		var bz []int
+		for _, b := range bufs {
+			bz = append(bz, int(b))
+		}
+		got, err := readSized(r.Reader(&chunked{s: in, sizes: sz}), bz)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, []byte(want)) {
-			t.Fatalf("Reader(%q, reads %v) = %q, want %q", in, sz, got, want)
+			t.Fatalf("Reader(%q, source reads %v, buffers %v) = %q, want %q", in, sz, bz, got, want)
 		}
 	})
 }

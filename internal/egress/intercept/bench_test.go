@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
 type countRecorder struct{ n atomic.Int64 }
@@ -21,10 +22,11 @@ func (r *countRecorder) Record(audit.Event) { r.n.Add(1) }
 
 // benchClients returns a client talking TLS to the upstream directly and one going through the
 // interceptor, both kept-alive, both HTTP/2 if h2 (the interceptor then speaks HTTP/2 on both sides).
-func benchClients(b *testing.B, h2 bool) (direct, via *http.Client, s *setup) {
+func benchClients(b *testing.B, h2 bool, opts ...option) (direct, via *http.Client, s *setup) {
 	up := newUpstream(b, nil, false)
-	s = newSetup(b, up, "github.com", false, withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET"}, Paths: []string{"/big", "/small/*"}}}, Source: "bench"}),
-		func(c *Config) { c.Recorder = &countRecorder{} })
+	opts = append([]option{withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET"}, Paths: []string{"/big", "/small/*"}}}, Source: "bench"}),
+		func(c *Config) { c.Recorder = &countRecorder{} }}, opts...)
+	s = newSetup(b, up, "github.com", false, opts...)
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: up.pool()},
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -77,6 +79,33 @@ func BenchmarkThroughput(b *testing.B) {
 			mb := float64(size) / (1 << 20) * float64(b.N)
 			b.ReportMetric(mb/dDirect.Seconds(), "direct-MiB/s")
 			b.ReportMetric(mb/dVia.Seconds(), "intercepted-MiB/s")
+			b.ReportMetric(dDirect.Seconds()/dVia.Seconds(), "x-of-direct")
+		})
+	}
+}
+
+// BenchmarkThroughputRedacted is BenchmarkThroughput with two credential values to search every
+// answer for (Config.Redactions), as on a host a credential was sent to: the intercepted figure
+// against direct shows what the search costs on top of interception. Placeholders are as long as
+// their values (as creds makes them), so the answer keeps its Content-Length.
+func BenchmarkThroughputRedacted(b *testing.B) {
+	const size = 64 << 20
+	reds := []redact.Pair{{Secret: "ghs_REALREALREALREALREALREALREALREAL1234", Replacement: "ghs_PLACEHOLDERPLACEHOLDERPLACEHOLDER123"},
+		{Secret: "eC1hY2Nlc3MtdG9rZW46Z2hzX1JFQUxSRUFM", Replacement: "eC1hY2Nlc3MtdG9rZW46Z2hzX1BMQUNFSE9M"}}
+	for _, h2 := range []bool{false, true} {
+		b.Run(map[bool]string{false: "h1", true: "h2"}[h2], func(b *testing.B) {
+			direct, via, s := benchClients(b, h2, func(c *Config) {
+				c.Redactions = func(string) []redact.Pair { return reds }
+			})
+			path := fmt.Sprintf("/big?n=%d", size)
+			buf := make([]byte, 256<<10)
+			fetch(b, direct, s.url(path), buf)
+			fetch(b, via, s.url(path), buf)
+			var dDirect, dVia time.Duration
+			for b.Loop() {
+				dDirect += fetch(b, direct, s.url(path), buf)
+				dVia += fetch(b, via, s.url(path), buf)
+			}
 			b.ReportMetric(dDirect.Seconds()/dVia.Seconds(), "x-of-direct")
 		})
 	}
