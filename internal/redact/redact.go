@@ -63,6 +63,9 @@ func (r *Replacer) Count() int64 {
 	return r.count.Load()
 }
 
+// Add adds n to Count, for a Replacer that takes over from another.
+func (r *Replacer) Add(n int64) { r.count.Add(n) }
+
 // next finds the leftmost match in b at or after from, the longest of those starting there. It
 // returns its start and pair, or -1.
 func (r *Replacer) next(b []byte, from int) (int, *Pair) {

@@ -28,8 +28,10 @@ type exchange struct {
 	err     string // why the upstream could not be reached
 	refusal string // why the gateway refused the upstream's answer (its certificate, an encoding)
 	h2      bool   // the client spoke HTTP/2
-	// red replaces the credential values the host has been sent in its answers (Config.Redactions).
-	red *redact.Replacer
+	// red replaces the credential values the host has been sent in its answers (Config.Redactions);
+	// redactions lists them.
+	red        *redact.Replacer
+	redactions func(string) []redact.Pair
 }
 
 type exchangeKey struct{}
@@ -49,7 +51,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		Time: start, Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
 		Detail: map[string]string{"method": r.Method, "path": logged, "proto": r.Proto},
 	}
-	cw := &countingWriter{ResponseWriter: w}
+	cw := &countingWriter{ResponseWriter: w, ex: ex}
 	var body *countingBody
 	defer func() {
 		if ex.status == 0 {
@@ -128,6 +130,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if i.redactions != nil {
+		ex.redactions = i.redactions
 		ex.red = redact.New(i.redactions(c.name))
 	}
 	if ex.red != nil {
@@ -163,8 +166,16 @@ func modifyResponse(res *http.Response) error {
 	if res.ContentLength > 0 && res.Body != nil {
 		res.Body = fullReader{res.Body}
 	}
-	if ex != nil && ex.red != nil {
-		return redactResponse(res, ex.red)
+	if ex != nil && ex.redactions != nil {
+		// Listed again now: a concurrent request may have sent this host a value since this one
+		// left. (If this one did not ask for an unencoded answer, an encoded one is refused.)
+		if red := redact.New(ex.redactions(ex.conn.name)); red != nil {
+			if ex.red != nil {
+				red.Add(ex.red.Count()) // an informational answer's echoes, already counted
+			}
+			ex.red = red
+			return redactResponse(res, red)
+		}
 	}
 	return nil
 }
@@ -377,11 +388,19 @@ func hostHeadersMatch(hs []string, c *conn) bool {
 // http.ResponseController reach Flush and Hijack underneath.
 type countingWriter struct {
 	http.ResponseWriter
+	ex     *exchange
 	n      int64
 	status int
 }
 
 func (w *countingWriter) WriteHeader(code int) {
+	if code < 200 && w.ex.red != nil {
+		// An informational answer (103 Early Hints) is relayed by the reverse proxy straight from
+		// the upstream, before ModifyResponse sees anything: its header is searched here.
+		for _, vs := range w.Header() {
+			w.ex.red.Strings(vs)
+		}
+	}
 	if w.status == 0 || w.status < 200 {
 		w.status = code
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +39,12 @@ func echoing(t *testing.T) http.Handler {
 		time.Sleep(20 * time.Millisecond)
 		io.WriteString(w, a[len(a)/2:]+" end")
 		w.Header().Set("X-Trailer-Echo", a)
+	})
+	mux.HandleFunc("/early", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css?t="+r.Header.Get("Authorization")+">; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		io.WriteString(w, "after the hints")
 	})
 	mux.HandleFunc("/gzip", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "gzip")
@@ -121,6 +129,19 @@ func TestRedactions(t *testing.T) {
 				resp, body = get(t, c, newRequest(t, "GET", s.url("/split"), nil))
 				check("/split", body)
 				check("/split trailer", resp.Trailer.Get("X-Trailer-Echo"))
+				var hints []string
+				req := newRequest(t, "GET", s.url("/early"), nil)
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+						hints = append(hints, h.Get("Link"))
+						return nil
+					},
+				}))
+				if resp, body = get(t, c, req); resp.StatusCode != 200 || len(hints) != 1 {
+					t.Errorf("h2=%v /early: %d %q, hints %q", h2, resp.StatusCode, body, hints)
+				} else {
+					check("/early", hints[0])
+				}
 				resp, body = get(t, c, newRequest(t, "GET", s.url("/gzip"), nil))
 				check("/gzip", body)
 				if resp.Header.Get("Content-Encoding") != "" || !resp.Uncompressed && !strings.HasPrefix(body, "compressed echo") {
