@@ -119,8 +119,10 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 	if err != nil {
 		return nil, fmt.Errorf("scanning the workspace for secrets: %w", err)
 	}
-	if err := writeCache(cachePath, cache); err != nil {
-		a.warn(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
+	if cache.Changed() {
+		if err := writeCache(cachePath, cache); err != nil {
+			a.warn(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
+		}
 	}
 	paths := scan.Paths(findings)
 	if len(paths) == 0 {

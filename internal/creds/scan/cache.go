@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ type Cache struct {
 	racy time.Duration
 	// before is the latest change time (ns) a file may have to be cached by this scan.
 	before int64
+	// rekeyed says the last scan began with another key than the cache had.
+	rekeyed bool
 }
 
 // racyWindow is Cache.racy's value: far longer than a clock tick.
@@ -165,6 +168,14 @@ func (cw *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Changed reports whether the last scan's entries differ from those it began with: a cache that would
+// be written out the same need not be written (the common start, where nothing changed).
+func (c *Cache) Changed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rekeyed || !maps.Equal(c.old, c.next)
+}
+
 // begin starts a scan with the given rules-and-options key: the entries of the last scan become the
 // ones to trust, unless they were made with another key.
 func (c *Cache) begin(key string) {
@@ -173,7 +184,8 @@ func (c *Cache) begin(key string) {
 	if len(c.next) > 0 {
 		c.old = c.next
 	}
-	if c.key != key {
+	c.rekeyed = c.key != key
+	if c.rekeyed {
 		c.old = map[string]fileIdentity{}
 		c.key = key
 	}

@@ -131,3 +131,49 @@ func TestReadCacheErrors(t *testing.T) {
 		t.Errorf("ReadCache of a good cache: %v", err)
 	}
 }
+
+// TestCacheChanged: a scan that finds the tree as the cache remembers it does not need the cache
+// written again; a new, changed or deleted clean file, or other options, do.
+func TestCacheChanged(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"a.txt": "hello\n", "b.txt": "world\n"})
+	scan := func(c *Cache, opt Options) *Cache {
+		t.Helper()
+		c.racy = -time.Hour
+		opt.Cache = c
+		scanOK(t, root, opt)
+		return c
+	}
+	reread := func(c *Cache) *Cache {
+		t.Helper()
+		var b bytes.Buffer
+		if _, err := c.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ReadCache(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	c := scan(NewCache(), Options{})
+	if !c.Changed() {
+		t.Fatal("a first scan must be written")
+	}
+	if c = scan(reread(c), Options{}); c.Changed() {
+		t.Fatal("nothing changed, yet Changed")
+	}
+	writeTree(t, root, map[string]string{"c.txt": "new\n"})
+	if c = scan(reread(c), Options{}); !c.Changed() {
+		t.Fatal("a new file, yet not Changed")
+	}
+	if err := os.Remove(filepath.Join(root, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if c = scan(reread(c), Options{}); !c.Changed() {
+		t.Fatal("a deleted file, yet not Changed")
+	}
+	if c = scan(reread(c), Options{MaxRead: 1}); !c.Changed() {
+		t.Fatal("other options, yet not Changed")
+	}
+}
