@@ -183,19 +183,11 @@ func wsAccept(key string) string {
 // wsEcho is a minimal RFC 6455 server: it completes the handshake and echoes each (small, masked)
 // client frame back unmasked.
 func wsEcho(w http.ResponseWriter, r *http.Request) {
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		http.Error(w, "want a websocket upgrade", http.StatusBadRequest)
-		return
-	}
-	c, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
+	c, brw, ok := wsHandshake(w, r)
+	if !ok {
 		return
 	}
 	defer c.Close()
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", wsAccept(r.Header.Get("Sec-WebSocket-Key")))
-	if brw.Flush() != nil {
-		return
-	}
 	for {
 		op, payload, err := wsRead(brw.Reader)
 		if err != nil || op == 8 {
@@ -205,6 +197,25 @@ func wsEcho(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// wsHandshake answers a websocket upgrade with 101 and hands over the connection; ok is false (and
+// the answer sent) when the request is not one.
+func wsHandshake(w http.ResponseWriter, r *http.Request) (net.Conn, *bufio.ReadWriter, bool) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(w, "want a websocket upgrade", http.StatusBadRequest)
+		return nil, nil, false
+	}
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", wsAccept(r.Header.Get("Sec-WebSocket-Key")))
+	if brw.Flush() != nil {
+		c.Close()
+		return nil, nil, false
+	}
+	return c, brw, true
 }
 
 // wsFrame encodes one final frame with a payload under 126 bytes, masked as a client must.

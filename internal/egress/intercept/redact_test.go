@@ -61,12 +61,11 @@ func echoing(t *testing.T) http.Handler {
 			http.Error(w, "extensions reached the upstream", http.StatusBadRequest)
 			return
 		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
+		c, brw, ok := wsHandshake(w, r)
+		if !ok {
 			return
 		}
 		defer c.Close()
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", wsAccept(r.Header.Get("Sec-WebSocket-Key")))
 		brw.Write(wsFrame(1, []byte("hello "+r.Header.Get("Authorization")), false))
 		brw.Flush()
 		wsRead(brw.Reader) // until the client closes
