@@ -1,7 +1,9 @@
 // Command egress measures cordon's egress gateway end to end: a download from an upstream on the
-// host's loopback through a real sandbox (transparent path: curl with proxies off), against the same
-// download by the same client outside any sandbox, and new connections per second through the gateway
-// against direct ones. Figures are printed as ratios from one run.
+// host's loopback through a real sandbox (transparent path: curl with proxies off; and the explicit
+// proxy), new connections per second through the gateway (a compiled client: this binary in its
+// "client" role), and connections held at once. Every figure is a ratio within one run against the
+// same client direct and through two relays that only copy (see floor.go), the floor under any
+// user-space gateway on the machine.
 //
 //	go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
 package main
