@@ -118,9 +118,11 @@ func (r *Replacer) Strings(vs []string) {
 // readChunk is how much a Reader reads from its source at a time.
 const readChunk = 32 << 10
 
-// Reader returns src with every secret replaced. It holds back at most the length of the longest
-// secret less one byte until more input shows whether a secret starts there, so a secret split
-// across reads is still found. Errors from src are returned once the bytes before them are.
+// Reader returns src with every secret replaced. Of what src has given, it holds back only a tail
+// that begins some secret (at most the longest secret's length less one byte) until more input
+// shows whether the secret is there, so a secret split across reads is still found and a stream
+// that pauses (server-sent events, a websocket) is not held up. Errors from src are returned once
+// the bytes before them are.
 func (r *Replacer) Reader(src io.Reader) io.Reader {
 	if r == nil {
 		return src
@@ -172,21 +174,7 @@ func (rd *reader) readInPlace(p []byte) (int, error) {
 		n, err := rd.src.Read(p[k:])
 		rd.err = err
 		total := k + n
-		safe := total
-		if err == nil {
-			safe = max(0, total-(rd.r.maxLen-1))
-		}
-		pos := 0
-		for {
-			i, pr := rd.r.next(p[:total], pos)
-			if i < 0 || i >= safe {
-				break
-			}
-			copy(p[i:], pr.Replacement)
-			pos = i + len(pr.Secret)
-			rd.r.count.Add(1)
-		}
-		keep := max(pos, safe)
+		keep := rd.r.plan(p[:total], err != nil, func(i int, pr *Pair) { copy(p[i:], pr.Replacement) })
 		rd.in = append(rd.in[:0], p[keep:total]...)
 		switch {
 		case keep > 0:
@@ -197,29 +185,59 @@ func (rd *reader) readInPlace(p []byte) (int, error) {
 	}
 }
 
-// decide moves what in holds into out, replacing secrets, except (unless at the end) its last
-// maxLen-1 bytes, where a secret may have begun that the next read would complete. Only matches
-// starting before that tail are taken: every secret starting there lies wholly in in, so the
-// leftmost-longest choice among them is final.
+// decide moves what in holds into out, replacing secrets, except the tail that plan holds back.
 func (rd *reader) decide(end bool) {
-	safe := len(rd.in)
-	if !end {
-		safe = max(0, len(rd.in)-(rd.r.maxLen-1))
-	}
 	out := rd.out[:0]
 	pos := 0
-	for {
-		i, p := rd.r.next(rd.in, pos)
-		if i < 0 || i >= safe {
-			break
-		}
+	keep := rd.r.plan(rd.in, end, func(i int, p *Pair) {
 		out = append(out, rd.in[pos:i]...)
 		out = append(out, p.Replacement...)
 		pos = i + len(p.Secret)
-		rd.r.count.Add(1)
-	}
-	keep := max(pos, safe)
+	})
 	out = append(out, rd.in[pos:keep]...)
 	rd.out = out
 	rd.in = append(rd.in[:0], rd.in[keep:]...)
+}
+
+// plan finds the secrets to replace in b, the stream's undecided bytes, calling replace for each in
+// order, and returns how much of b is decided: all of it at the end of the stream, else all but the
+// tail from the first position where the rest of b begins some secret that more input could
+// complete. Only matches starting before that position are taken; a match there could yet lose to
+// a longer one starting as early or earlier, which is why the choice waits. The held-back tail is
+// usually empty (no secret begins with a stream's last bytes), so a stream that pauses, such as
+// server-sent events, is not held up.
+func (r *Replacer) plan(b []byte, end bool, replace func(i int, p *Pair)) (keep int) {
+	open := len(b)
+	if !end {
+		open = r.openFrom(b, 0)
+	}
+	pos := 0
+	for {
+		i, p := r.next(b, pos)
+		if i < 0 || i >= open {
+			break
+		}
+		replace(i, p)
+		pos = i + len(p.Secret)
+		r.count.Add(1)
+	}
+	if end {
+		return len(b)
+	}
+	return r.openFrom(b, pos)
+}
+
+// openFrom returns the first position j >= from such that b[j:] is a proper prefix of some secret
+// (a secret may be starting there), or len(b).
+func (r *Replacer) openFrom(b []byte, from int) int {
+	for j := max(from, len(b)-(r.maxLen-1)); j < len(b); j++ {
+		rest := b[j:]
+		for i := range r.pairs {
+			s := r.pairs[i].Secret
+			if len(s) > len(rest) && s[0] == rest[0] && s[:len(rest)] == string(rest) {
+				return j
+			}
+		}
+	}
+	return len(b)
 }

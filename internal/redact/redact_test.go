@@ -135,6 +135,33 @@ func TestSecretAcrossReads(t *testing.T) {
 	}
 }
 
+// TestStreamNotHeldUp: a stream that pauses (server-sent events) gets every byte it has so far,
+// unless its last bytes could begin a secret; those wait for the next bytes, and are then replaced
+// or passed on as they turn out.
+func TestStreamNotHeldUp(t *testing.T) {
+	const secret = "sk-ant-REALKEY-0123456789"
+	pr, pw := io.Pipe()
+	rd := New([]Pair{{secret, "sk-ant-PLACEHO-LDERXXXXXX"}}).Reader(pr)
+	step := func(write, want string) {
+		t.Helper()
+		go pw.Write([]byte(write))
+		buf := make([]byte, 4096)
+		n, err := rd.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("after writing %q: read %q, %v; want %q", write, buf[:n], err, want)
+		}
+	}
+	step("event: delta\ndata: {\"text\": \"hi\"}\n\n", "event: delta\ndata: {\"text\": \"hi\"}\n\n")
+	step("data: key sk-ant-RE", "data: key ")                           // may be the secret: held
+	step("ALKEY-0123456789 ok\n\n", "sk-ant-PLACEHO-LDERXXXXXX ok\n\n") // it was
+	step("data: sk-", "data: ")
+	step("it was not\n\n", "sk-it was not\n\n")
+	pw.Close()
+	if n, err := rd.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("at the end: %d, %v", n, err)
+	}
+}
+
 func TestReaderPassesErrors(t *testing.T) {
 	boom := errors.New("boom")
 	r := New([]Pair{{"secret", "XXXXXX"}})

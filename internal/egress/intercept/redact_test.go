@@ -20,8 +20,19 @@ import (
 // answer can carry it: a header, a body of known length, a chunked body with the value split across
 // writes, a trailer, a gzip body sent whether asked for or not, a body in an encoding the gateway
 // cannot search, and a websocket frame.
-func echoing(t *testing.T) http.Handler {
+func echoing(t *testing.T, proceed <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/events", func(w http.ResponseWriter, r *http.Request) {
+		// Server-sent events: the first event must reach the client while the stream stays open.
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: delta\ndata: {\"text\": \"hello\"}\n\n")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-proceed:
+		case <-time.After(10 * time.Second):
+		}
+		io.WriteString(w, "data: "+r.Header.Get("Authorization")+"\n\n")
+	})
 	mux.HandleFunc("/header", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Echo", "you sent "+r.Header.Get("Authorization"))
 		w.Header().Set("X-Accept-Encoding", r.Header.Get("Accept-Encoding"))
@@ -87,7 +98,8 @@ func TestRedactions(t *testing.T) {
 		replacement string
 	}{{"same length", ph}, {"longer placeholder", ph + "-longer"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			up := newUpstream(t, echoing(t), false)
+			proceed := make(chan struct{}, 2)
+			up := newUpstream(t, echoing(t, proceed), false)
 			sent := false
 			s := newSetup(t, up, "api.example.com", false, func(c *Config) {
 				c.Hosts = []string{"api.example.com"}
@@ -128,6 +140,29 @@ func TestRedactions(t *testing.T) {
 				resp, body = get(t, c, newRequest(t, "GET", s.url("/split"), nil))
 				check("/split", body)
 				check("/split trailer", resp.Trailer.Get("X-Trailer-Echo"))
+				// A stream that pauses is not held up: the first event arrives before the next is sent.
+				resp, err := c.Do(newRequest(t, "GET", s.url("/events"), nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := make([]byte, 64)
+				got := make(chan int, 1)
+				go func() {
+					n, _ := io.ReadAtLeast(resp.Body, first, len("event: delta\ndata: {\"text\": \"hello\"}\n\n"))
+					got <- n
+				}()
+				var n int
+				select {
+				case n = <-got:
+				case <-time.After(3 * time.Second):
+					proceed <- struct{}{}
+					t.Fatalf("h2=%v /events: the first event did not arrive while the stream was open", h2)
+				}
+				proceed <- struct{}{}
+				rest, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				check("/events", string(first[:n])+string(rest))
+
 				var hints []string
 				req := newRequest(t, "GET", s.url("/early"), nil)
 				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
