@@ -57,6 +57,14 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 				}
 				sp.AWS = awssig.ProfileKeys{Path: path, Profile: f.AWS.Profile}
 			}
+			if r := f.AWS.AssumeRole; r != nil {
+				// The run works with the role's session keys; the keys above sign only this call.
+				sp.AWS = awssig.AssumeRole{
+					Base: sp.AWS, RoleARN: r.RoleARN, Policy: r.SessionPolicy, Duration: r.Duration,
+					Endpoint: r.Endpoint, Region: r.Region,
+					SessionName: "cordon-" + time.Now().UTC().Format("20060102T150405Z"),
+				}
+			}
 		}
 		specs = append(specs, sp)
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -460,6 +462,108 @@ func TestCredentialFilesOwnerOnly(t *testing.T) {
 		pol := fmt.Sprintf("network: {allow: [github.test]}\ncredentials:\n  - {name: T, from: {file: %q}, inject: {host: github.test, scheme: bearer}}\n", tokenFile)
 		if r := h.sandboxed(pol, `echo "RAN $T"`); !strings.Contains(r.stdout, "RAN ") || strings.Contains(r.stdout, h.canary) {
 			t.Fatalf("control: an owner-only token file: want a run with a placeholder:\n%s", r)
+		}
+	})
+}
+
+// sigV4Python signs a GET of https://HOST/bucket/key with the AWS keys in its environment, as an SDK
+// would (Signature Version 4, S3, us-east-1), using nothing but Python's standard library, and prints
+// the answer.
+const sigV4Python = `
+import datetime, hashlib, hmac, os, sys, urllib.request
+host = sys.argv[1]
+ak, sk, tok = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"], os.environ["AWS_SESSION_TOKEN"]
+now = datetime.datetime.now(datetime.timezone.utc)
+amz, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+payload = hashlib.sha256(b"").hexdigest()
+signed = "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
+canonical = "GET\n/bucket/key\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\n%s\n%s" % (host, payload, amz, tok, signed, payload)
+scope = day + "/us-east-1/s3/aws4_request"
+to_sign = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz, scope, hashlib.sha256(canonical.encode()).hexdigest())
+key = ("AWS4" + sk).encode()
+for part in (day, "us-east-1", "s3", "aws4_request"):
+    key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+req = urllib.request.Request("https://" + host + "/bucket/key", headers={
+    "X-Amz-Date": amz, "X-Amz-Content-Sha256": payload, "X-Amz-Security-Token": tok,
+    "Authorization": "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (ak, scope, signed, sig)})
+print(urllib.request.urlopen(req, timeout=10).read().decode())
+`
+
+// TestAWSAssumeRole: with assumeRole, cordon trades the caller's AWS keys for a role's session keys
+// before the run (an STS call signed with the caller's keys, for the role, duration and session
+// policy asked), the agent holds placeholders in the session keys' format, and its requests reach AWS
+// signed with the session keys: never with the caller's long-lived ones, which do not enter the
+// sandbox in any form, nor do the session's.
+func TestAWSAssumeRole(t *testing.T) {
+	requireTool(t, "python3")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		base := []string{"AWS_ACCESS_KEY_ID=AKIABASE" + strings.ToUpper(h.canary[:12]), "AWS_SECRET_ACCESS_KEY=BASEsecret" + h.canary + "0123456789"}
+		session := struct{ id, secret, token string }{"ASIASESS" + strings.ToUpper(h.canary[:12]), "SESSsecret" + h.canary + "0123456789", "SESStoken" + h.canary + strings.Repeat("t", 100)}
+		var mu sync.Mutex
+		var stsForm url.Values
+		var stsAuth string
+		sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			stsForm, _ = url.ParseQuery(string(body))
+			stsAuth = r.Header.Get("Authorization")
+			mu.Unlock()
+			fmt.Fprintf(w, `<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken><Expiration>%s</Expiration></Credentials></AssumeRoleResult></AssumeRoleResponse>`,
+				session.id, session.secret, session.token, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		}))
+		defer sts.Close()
+		var awsAuth, awsToken string
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			awsAuth, awsToken = r.Header.Get("Authorization"), r.Header.Get("X-Amz-Security-Token")
+			mu.Unlock()
+			fmt.Fprintf(w, "S3 %s %s\n", r.Method, r.URL.Path)
+		}), "s3.aws.test")
+		pol := fmt.Sprintf(`network:
+  allow: [{host: s3.aws.test, ports: [%[1]d]}]
+  hosts: {s3.aws.test: 127.0.0.1}
+  tls: {caFile: %[2]q}
+credentials:
+  - name: AWS
+    from:
+      aws:
+        env: true
+        assumeRole:
+          roleArn: arn:aws:iam::123456789012:role/agent
+          sessionPolicy: '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket/*"}]}'
+          duration: 20m
+          endpoint: %[3]q
+    inject: {host: s3.aws.test}
+`, port, caFile, sts.URL)
+		h.writeFile(filepath.Join(h.ws, "sign.py"), sigV4Python, 0o644)
+		script := fmt.Sprintf(`echo "ID=$AWS_ACCESS_KEY_ID"; echo "TOKEN=$AWS_SESSION_TOKEN"
+python3 sign.py s3.aws.test:%d
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'`, port)
+		r := h.sandboxed(pol, script, base...)
+		if r.code != 0 || !strings.Contains(r.stdout, "S3 GET /bucket/key") {
+			t.Fatalf("run failed:\n%s", r)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stsForm.Get("Action") != "AssumeRole" || stsForm.Get("RoleArn") != "arn:aws:iam::123456789012:role/agent" ||
+			stsForm.Get("DurationSeconds") != "1200" || !strings.Contains(stsForm.Get("Policy"), "s3:GetObject") ||
+			!strings.HasPrefix(stsForm.Get("RoleSessionName"), "cordon-") {
+			t.Errorf("STS was asked %v", stsForm)
+		}
+		if !strings.Contains(stsAuth, "Credential="+strings.TrimPrefix(base[0], "AWS_ACCESS_KEY_ID=")+"/") {
+			t.Errorf("the STS call was not signed with the caller's keys: %q", stsAuth)
+		}
+		if !strings.Contains(awsAuth, "Credential="+session.id+"/") || awsToken != session.token {
+			t.Errorf("AWS got Authorization %q and token %q: want the session's keys", awsAuth, awsToken)
+		}
+		if !strings.Contains(r.stdout, "ID=ASIA") || !strings.Contains(r.stdout, "TOKEN=") {
+			t.Errorf("the agent's keys are not placeholders of session keys:\n%s", r.stdout)
+		}
+		for _, secret := range []string{"BASEsecret", "AKIABASE", "SESSsecret", "SESStoken", session.id} {
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("%s reached the sandbox or cordon's output:\n%s", secret, r)
+			}
 		}
 	})
 }

@@ -161,6 +161,25 @@ type AWS struct {
 	Profile string
 	// Env takes AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from cordon's environment.
 	Env bool
+	// AssumeRole, if set, trades those keys for a role's session keys before the run starts: the agent's
+	// requests are then signed with keys that expire on their own and can do only what the role (and
+	// the session policy) allow.
+	AssumeRole *AssumeRole
+}
+
+// AssumeRole is an STS AssumeRole call: the role, an optional session policy narrowing it, and how
+// long the session's keys last.
+type AssumeRole struct {
+	// RoleARN is the role (arn:aws:iam::ACCOUNT:role/NAME).
+	RoleARN string
+	// SessionPolicy is an IAM policy document (JSON); the session can do only what both it and the
+	// role allow.
+	SessionPolicy string
+	// Duration is the session's lifetime, 15m to 12h; zero means 1h.
+	Duration time.Duration
+	// Endpoint is the STS endpoint URL; empty means the global one. Region is the region it signs
+	// for; empty means us-east-1.
+	Endpoint, Region string
 }
 
 // Kind names the source's form as it is spelled in the policy file.

@@ -120,8 +120,17 @@ type docSource struct {
 }
 
 type docAWS struct {
-	Profile string `yaml:"profile,omitempty"`
-	Env     bool   `yaml:"env,omitempty"`
+	Profile    string         `yaml:"profile,omitempty"`
+	Env        bool           `yaml:"env,omitempty"`
+	AssumeRole *docAssumeRole `yaml:"assumeRole,omitempty"`
+}
+
+type docAssumeRole struct {
+	RoleARN       string `yaml:"roleArn"`
+	SessionPolicy string `yaml:"sessionPolicy,omitempty"`
+	Duration      string `yaml:"duration,omitempty"`
+	Endpoint      string `yaml:"endpoint,omitempty"`
+	Region        string `yaml:"region,omitempty"`
 }
 
 type docGitHubApp struct {
@@ -205,6 +214,13 @@ func (p *Policy) doc() docPolicy {
 		}
 		if a := c.From.AWS; a != nil {
 			dc.From.AWS = &docAWS{Profile: a.Profile, Env: a.Env}
+			if r := a.AssumeRole; r != nil {
+				dr := &docAssumeRole{RoleARN: r.RoleARN, SessionPolicy: r.SessionPolicy, Endpoint: r.Endpoint, Region: r.Region}
+				if r.Duration != 0 {
+					dr.Duration = formatDuration(r.Duration)
+				}
+				dc.From.AWS.AssumeRole = dr
+			}
 		}
 		if g := c.From.GitHubApp; g != nil {
 			dg := docGitHubApp(*g)

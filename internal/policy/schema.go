@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -593,11 +595,101 @@ func (d *decoder) aws(n *yaml.Node, path string) (*AWS, error) {
 			}
 			return err
 		}},
+		field{"assumeRole", func(v *yaml.Node, p string) (err error) {
+			a.AssumeRole, err = d.assumeRole(v, p)
+			return err
+		}},
 	)
 	if err == nil && (seen["profile"] == nil) == (seen["env"] == nil) {
 		err = d.errf(n, path, "set exactly one of profile (the AWS shared credentials file) or env: true")
 	}
 	return a, err
+}
+
+// isRoleARN checks arn:PARTITION:iam::ACCOUNT:role/NAME, with IAM's characters for names and paths.
+// (Written out rather than as a regexp: a package-level regexp is compiled by every start of the
+// binary, the sandbox's init included.)
+func isRoleARN(s string) bool {
+	parts := strings.SplitN(s, ":", 6)
+	if len(parts) != 6 || parts[0] != "arn" || !strings.HasPrefix(parts[1], "aws") || parts[2] != "iam" || parts[3] != "" {
+		return false
+	}
+	if len(parts[4]) != 12 || strings.Trim(parts[4], "0123456789") != "" {
+		return false
+	}
+	name, ok := strings.CutPrefix(parts[5], "role/")
+	return ok && name != "" && len(name) <= 512 && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+=,.@/-") == ""
+}
+
+// isAWSRegion checks the shape of a region name: letters, then dash-separated words, then a number
+// (eu-west-3, us-gov-west-1).
+func isAWSRegion(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) < 3 || strings.Trim(parts[len(parts)-1], "0123456789") != "" || parts[len(parts)-1] == "" {
+		return false
+	}
+	for _, p := range parts[:len(parts)-1] {
+		if p == "" || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) assumeRole(n *yaml.Node, path string) (*AssumeRole, error) {
+	r := &AssumeRole{}
+	str := func(check func(string) error, set func(string)) func(*yaml.Node, string) error {
+		return func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err == nil {
+				if cerr := check(s); cerr != nil {
+					return d.errf(v, p, "%v", cerr)
+				}
+				set(s)
+			}
+			return err
+		}
+	}
+	seen, err := d.mapping(n, path,
+		field{"roleArn", str(func(s string) error {
+			if !isRoleARN(s) {
+				return fmt.Errorf("%q is not a role ARN (expected arn:aws:iam::ACCOUNT:role/NAME)", s)
+			}
+			return nil
+		}, func(s string) { r.RoleARN = s })},
+		field{"sessionPolicy", str(func(s string) error {
+			var doc map[string]any
+			if json.Unmarshal([]byte(s), &doc) != nil {
+				return errors.New("not a JSON policy document (expected {\"Version\": ..., \"Statement\": [...]})")
+			}
+			if _, ok := doc["Statement"]; !ok {
+				return errors.New("the policy document has no Statement")
+			}
+			return nil
+		}, func(s string) { r.SessionPolicy = s })},
+		field{"duration", str(func(s string) error {
+			t, err := time.ParseDuration(s)
+			if err != nil || t < 15*time.Minute || t > 12*time.Hour {
+				return fmt.Errorf("%q is not a session duration (expected 15m to 12h, such as 1h)", s)
+			}
+			r.Duration = t
+			return nil
+		}, func(string) {})},
+		field{"endpoint", str(func(s string) error {
+			_, err := checkAPIURL(s)
+			return err
+		}, func(s string) { r.Endpoint = s })},
+		field{"region", str(func(s string) error {
+			if !isAWSRegion(s) {
+				return fmt.Errorf("%q is not an AWS region (such as eu-west-3)", s)
+			}
+			return nil
+		}, func(s string) { r.Region = s })},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return r, d.require(n, path, seen, "roleArn")
 }
 
 func (d *decoder) inject(n *yaml.Node, path string, needsPlacement bool) (in Inject, err error) {
