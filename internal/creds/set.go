@@ -104,8 +104,6 @@ type entry struct {
 
 	lowerTokens []string // tokens(), lower-cased, for header names
 
-	awsPairs []redact.Pair // real AWS key parts and their placeholders
-
 	mu       sync.Mutex
 	revealed []redact.Pair // values sent upstream, most recent last (see reveal)
 }
@@ -187,11 +185,7 @@ func (s *Set) prepare(ctx context.Context, specs []Spec) error {
 				return fmt.Errorf("credential %s: %w", sp.Name, err)
 			}
 			e.awsTokens = []string{e.awsPH.AccessKeyID, e.awsPH.SecretAccessKey}
-			e.awsPairs = []redact.Pair{
-				{Secret: real.AccessKeyID, Replacement: e.awsPH.AccessKeyID},
-				{Secret: real.SecretAccessKey, Replacement: e.awsPH.SecretAccessKey},
-				{Secret: real.SessionToken, Replacement: e.awsPH.SessionToken},
-			}
+			e.aws.RefreshFrom(sp.AWS) // temporary keys (an assumed role's) are renewed before they expire
 			if e.awsPH.SessionToken != "" {
 				e.awsTokens = append(e.awsTokens, e.awsPH.SessionToken)
 			}
@@ -426,7 +420,11 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 		}
 		if ok {
 			injected = append(injected, e.name)
-			e.reveal(e.awsPairs...) // the key id and session token went out in the request
+			// The key id and session token went out in the request (the keys may have been renewed).
+			real := e.aws.Current()
+			e.reveal(redact.Pair{Secret: real.AccessKeyID, Replacement: e.awsPH.AccessKeyID},
+				redact.Pair{Secret: real.SecretAccessKey, Replacement: e.awsPH.SecretAccessKey},
+				redact.Pair{Secret: real.SessionToken, Replacement: e.awsPH.SessionToken})
 		}
 	}
 	ps := places(r, body)

@@ -156,8 +156,10 @@ func (a AssumeRole) Keys(ctx context.Context) (Keys, error) {
 	if err := k.check(); err != nil || k.SessionToken == "" {
 		return fail(errors.New("STS's answer holds no complete session credentials"))
 	}
-	if exp, err := time.Parse(time.RFC3339, c.Expiration); err != nil || !exp.After(time.Now()) {
+	exp, err := time.Parse(time.RFC3339, c.Expiration)
+	if err != nil || !exp.After(time.Now()) {
 		return fail(fmt.Errorf("STS's credentials expire at %q, not in the future", c.Expiration))
 	}
+	k.Expires = exp
 	return k, nil
 }

@@ -2,6 +2,7 @@ package awssig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -78,7 +79,10 @@ func TestAssumeRole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != sts.session {
+		if exp := got.Expires; exp.Sub(sts.expires).Abs() > time.Second {
+			t.Fatalf("expires %v, want %v", exp, sts.expires)
+		}
+		if got.Expires = (time.Time{}); got != sts.session {
 			t.Fatalf("got %v, want the session's keys", got)
 		}
 		if len(sts.calls) != 1 {
@@ -152,5 +156,75 @@ func TestAssumeRoleRefusals(t *testing.T) {
 	}
 	if s := fmt.Sprintf("%v %+v %#v", good, good, good); strings.Contains(s, realKeys.SecretAccessKey) {
 		t.Fatalf("AssumeRole prints its base keys: %s", s)
+	}
+}
+
+// countingSource hands out keys, counting calls, or fails.
+type countingSource struct {
+	mu    sync.Mutex
+	calls int
+	keys  Keys
+	err   error
+}
+
+func (c *countingSource) Keys(context.Context) (Keys, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	return c.keys, c.err
+}
+
+// TestResignerRefresh: keys that are about to expire are renewed before a request is signed, the
+// placeholder staying the same; a failed renewal keeps keys that still work and refuses the request
+// once they do not; keys without an expiry are never renewed.
+func TestResignerRefresh(t *testing.T) {
+	first := Keys{AccessKeyID: "ASIAFIRSTFIRSTFIRST1", SecretAccessKey: strings.Repeat("f", 40), SessionToken: "FIRSTtoken", Expires: time.Now().Add(time.Hour)}
+	second := Keys{AccessKeyID: "ASIASECONDSECONDSEC2", SecretAccessKey: strings.Repeat("s", 40), SessionToken: "SECONDtoken", Expires: time.Now().Add(2 * time.Hour)}
+	ph, err := NewPlaceholder(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := NewResigner(ph, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingSource{keys: second}
+	rs.RefreshFrom(src)
+	resign := func(upstream Keys) (int, string) {
+		t.Helper()
+		aws := fakeAWS(t, upstream)
+		r, _ := http.NewRequest("GET", aws.URL+"/bucket/key", nil)
+		clientSign(t, r, ph, "", "s3")
+		if ok, err := rs.Resign(r); !ok || err != nil {
+			return 0, fmt.Sprint(ok, err)
+		}
+		return send(t, r)
+	}
+	if status, body := resign(first); status != 200 || src.calls != 0 {
+		t.Fatalf("fresh keys: %d %s, %d renewals", status, body, src.calls)
+	}
+	rs.now = func() time.Time { return first.Expires.Add(-time.Minute) } // within refreshBefore
+	if status, body := resign(second); status != 200 || src.calls != 1 || rs.Current().AccessKeyID != second.AccessKeyID {
+		t.Fatalf("about to expire: %d %s, %d renewals", status, body, src.calls)
+	}
+
+	// Renewal fails: the current keys serve while they work, then requests are refused.
+	src.err = errors.New("STS unreachable")
+	rs.now = func() time.Time { return second.Expires.Add(-time.Minute) }
+	if status, body := resign(second); status != 200 {
+		t.Fatalf("renewal failed, keys still valid: %d %s", status, body)
+	}
+	rs.now = func() time.Time { return second.Expires.Add(time.Minute) }
+	if status, body := resign(second); status != 0 || !strings.Contains(body, "expired") {
+		t.Fatalf("renewal failed, keys expired: %d %s", status, body)
+	}
+
+	// Static keys are never renewed.
+	static, _ := NewResigner(ph, Keys{AccessKeyID: first.AccessKeyID, SecretAccessKey: first.SecretAccessKey, SessionToken: first.SessionToken})
+	src2 := &countingSource{keys: second}
+	static.RefreshFrom(src2)
+	static.now = func() time.Time { return time.Now().Add(100 * time.Hour) }
+	if _, err := static.keys(context.Background()); err != nil || src2.calls != 0 {
+		t.Fatalf("static keys renewed: %v, %d", err, src2.calls)
 	}
 }

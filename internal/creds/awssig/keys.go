@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"os"
 	"strings"
+	"time"
 )
 
 const redacted = "[redacted]"
@@ -27,6 +28,8 @@ type Keys struct {
 	AccessKeyID     string
 	SecretAccessKey string
 	SessionToken    string
+	// Expires is when temporary keys stop working; zero for keys that do not expire.
+	Expires time.Time
 }
 
 // String shows the access key id and redacts the rest.

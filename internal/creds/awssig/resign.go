@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -37,12 +38,21 @@ const (
 	streamingUnsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
 )
 
+// refreshBefore is how long before temporary keys expire a Resigner gets new
+// ones, so that a request signed now is not refused for an expired token on
+// its way.
+const refreshBefore = 5 * time.Minute
+
 // Resigner re-signs requests signed with the placeholder keys. It holds the
 // real keys; it is safe for concurrent use.
 type Resigner struct {
-	placeholder, real Keys
-	signer            *v4.Signer
-	now               func() time.Time
+	placeholder Keys
+	signer      *v4.Signer
+	now         func() time.Time
+
+	mu      sync.Mutex
+	real    Keys
+	refresh KeySource // for keys that expire (see RefreshFrom)
 }
 
 // NewResigner returns a Resigner that accepts requests signed with
@@ -57,10 +67,53 @@ func NewResigner(placeholder, real Keys) (*Resigner, error) {
 	return &Resigner{placeholder: placeholder, real: real, signer: v4.NewSigner(), now: time.Now}, nil
 }
 
+// RefreshFrom has the Resigner get new keys from src when the real keys are
+// about to expire (Keys.Expires), as an assumed role's session keys do; the
+// placeholder stays the same for the whole run. Keys without an expiry are
+// never refreshed.
+func (s *Resigner) RefreshFrom(src KeySource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh = src
+}
+
+// Current returns the real keys requests are signed with now (for the
+// caller to recognise them if an upstream echoes them back).
+func (s *Resigner) Current() Keys {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.real
+}
+
+// keys returns the real keys to sign with, refreshed first when they expire
+// within refreshBefore. A failed refresh keeps the old keys while they are
+// still valid and is an error once they are not: a request is not sent with
+// keys AWS will refuse.
+func (s *Resigner) keys(ctx context.Context) (Keys, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp := s.real.Expires
+	if s.refresh == nil || exp.IsZero() || s.now().Before(exp.Add(-refreshBefore)) {
+		return s.real, nil
+	}
+	k, err := s.refresh.Keys(ctx)
+	if err == nil {
+		err = k.check()
+	}
+	if err != nil {
+		if s.now().Before(exp) {
+			return s.real, nil // try again on the next request
+		}
+		return Keys{}, fmt.Errorf("the AWS keys expired and new ones could not be had: %w", err)
+	}
+	s.real = k
+	return k, nil
+}
+
 // Format prints the access key ids only. (fmt prints unexported fields raw,
 // without their own Format, so Resigner must redact itself.)
 func (s *Resigner) Format(f fmt.State, _ rune) {
-	_, _ = fmt.Fprintf(f, "awssig.Resigner{placeholder %s, real %s}", s.placeholder.AccessKeyID, s.real.AccessKeyID)
+	_, _ = fmt.Fprintf(f, "awssig.Resigner{placeholder %s, real %s}", s.placeholder.AccessKeyID, s.Current().AccessKeyID)
 }
 
 // Auth is a parsed SigV4 Authorization header.
@@ -221,14 +274,18 @@ func (s *Resigner) resign(r *http.Request, auth Auth) error {
 	if err != nil {
 		return err
 	}
+	real, err := s.keys(r.Context())
+	if err != nil {
+		return err
+	}
 	c := signingCopy(r, auth.SignedHeaders)
-	if err := s.signer.SignHTTP(context.Background(), s.creds(), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service)); err != nil {
+	if err := s.signer.SignHTTP(context.Background(), creds(real), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service)); err != nil {
 		return fmt.Errorf("signing: %w", err)
 	}
 	r.Header["Authorization"] = c.Header["Authorization"]
 	r.Header[amzDate] = c.Header[amzDate]
-	if s.real.SessionToken != "" {
-		r.Header[amzSecurityTok] = []string{s.real.SessionToken}
+	if real.SessionToken != "" {
+		r.Header[amzSecurityTok] = []string{real.SessionToken}
 	} else {
 		r.Header.Del(amzSecurityTok)
 	}
@@ -270,8 +327,8 @@ func signerOptions(service string) func(*v4.SignerOptions) {
 	}
 }
 
-func (s *Resigner) creds() aws.Credentials {
-	return aws.Credentials{AccessKeyID: s.real.AccessKeyID, SecretAccessKey: s.real.SecretAccessKey, SessionToken: s.real.SessionToken}
+func creds(k Keys) aws.Credentials {
+	return aws.Credentials{AccessKeyID: k.AccessKeyID, SecretAccessKey: k.SecretAccessKey, SessionToken: k.SessionToken}
 }
 
 // represign signs a presigned URL (X-Amz-Credential and friends in the
@@ -320,9 +377,13 @@ func (s *Resigner) represign(r *http.Request, q url.Values) error {
 	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"} {
 		q.Del(k) // the signer sets these afresh
 	}
+	real, err := s.keys(r.Context())
+	if err != nil {
+		return err
+	}
 	c := signingCopy(r, auth.SignedHeaders)
 	c.URL.RawQuery = q.Encode()
-	signed, _, err := s.signer.PresignHTTP(context.Background(), s.creds(), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service))
+	signed, _, err := s.signer.PresignHTTP(context.Background(), creds(real), c, payload, auth.Service, auth.Region, when, signerOptions(auth.Service))
 	if err != nil {
 		return fmt.Errorf("signing: %w", err)
 	}
