@@ -196,7 +196,10 @@ func redactResponse(res *http.Response, red *redact.Replacer) error {
 		// are not masked and (extensions were not offered) not compressed, so a value is found as
 		// sent; a replacement of another length would break the framing.
 		rwc, ok := res.Body.(io.ReadWriteCloser)
-		if !ok || !red.SameLength() {
+		if !ok {
+			return fmt.Errorf("%w: the protocol switch gave no connection to read", errUnredactable)
+		}
+		if !red.SameLength() {
 			return fmt.Errorf("%w: a protocol switch with a credential value of another length than its placeholder", errUnredactable)
 		}
 		res.Body = redactedConn{Reader: red.Reader(rwc), ReadWriteCloser: rwc}
@@ -206,7 +209,8 @@ func redactResponse(res *http.Response, red *redact.Replacer) error {
 		return nil
 	}
 	body := io.Reader(res.Body)
-	switch ce := strings.ToLower(strings.TrimSpace(res.Header.Get("Content-Encoding"))); ce {
+	// All the header's values: "gzip" on one line and "br" on another is both, in that order.
+	switch ce := strings.ToLower(strings.TrimSpace(strings.Join(res.Header.Values("Content-Encoding"), ","))); ce {
 	case "", "identity":
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(res.Body)
