@@ -15,10 +15,10 @@ import (
 
 func fileSystemProbes() []Probe {
 	return []Probe{
-		{"fs.secret-direct", FileSystem, "read a secret file in the host user's home by its path", secretDirect},
-		{"fs.secret-alias", FileSystem, "read it by alias paths (/proc/self/root, /proc/1/root, //, /./, ..)", secretAlias},
-		{"fs.symlink-escape", FileSystem, "read it through a symlink created in the workspace", symlinkEscape},
-		{"fs.hardlink-escape", FileSystem, "hard-link it into the workspace and read the link", hardlinkEscape},
+		{"fs.secret-direct", FileSystem, "read a secret file in the host user's home by its path", withSecretFile(secretDirect)},
+		{"fs.secret-alias", FileSystem, "read it by alias paths (/proc/self/root, /proc/1/root, //, /./, ..)", withSecretFile(secretAlias)},
+		{"fs.symlink-escape", FileSystem, "read it through a symlink created in the workspace", withSecretFile(symlinkEscape)},
+		{"fs.hardlink-escape", FileSystem, "hard-link it into the workspace and read the link", withSecretFile(hardlinkEscape)},
 		{"fs.write-outside", FileSystem, "create files in the host home and system directories", writeOutside},
 		{"fs.mount", FileSystem, "mount a tmpfs (mount(2) without a new namespace)", mountAttempt},
 		{"fs.leaked-fds", FileSystem, "look for descriptors inherited from outside (files, sockets, directories)", leakedFDs},
@@ -39,11 +39,17 @@ func readSecret(path, want string) (bool, error) {
 	return Sum(b) == want, nil
 }
 
-func secretDirect(_ context.Context, env *Env) Verdict {
-	s := env.Canaries.SecretFile
-	if s == nil {
-		return skip("no secret-file canary given (cordon verify plants one)")
+// withSecretFile runs a probe that needs the secret-file canary, and skips it when there is none.
+func withSecretFile(run func(*Env, *Secret) Verdict) func(context.Context, *Env) Verdict {
+	return func(_ context.Context, env *Env) Verdict {
+		if env.Canaries.SecretFile == nil {
+			return skip("no secret-file canary given (cordon verify plants one)")
+		}
+		return run(env, env.Canaries.SecretFile)
 	}
+}
+
+func secretDirect(env *Env, s *Secret) Verdict {
 	ok, err := readSecret(s.Path, s.SHA256)
 	switch {
 	case ok:
@@ -73,11 +79,7 @@ func aliases(p string) []string {
 	return out
 }
 
-func secretAlias(_ context.Context, env *Env) Verdict {
-	s := env.Canaries.SecretFile
-	if s == nil {
-		return skip("no secret-file canary given (cordon verify plants one)")
-	}
+func secretAlias(env *Env, s *Secret) Verdict {
 	for _, a := range aliases(s.Path) {
 		if ok, _ := readSecret(a, s.SHA256); ok {
 			return fail("read the host secret as %s", a)
@@ -100,11 +102,7 @@ func scratch(env *Env) (string, func(), error) {
 	return "", nil, errors.New("no writable directory for the probe's scratch files")
 }
 
-func symlinkEscape(_ context.Context, env *Env) Verdict {
-	s := env.Canaries.SecretFile
-	if s == nil {
-		return skip("no secret-file canary given (cordon verify plants one)")
-	}
+func symlinkEscape(env *Env, s *Secret) Verdict {
 	d, done, err := scratch(env)
 	if err != nil {
 		return skip("%v", err)
@@ -127,11 +125,7 @@ func symlinkEscape(_ context.Context, env *Env) Verdict {
 	return pass("symlinks to the secret and its directory lead nowhere")
 }
 
-func hardlinkEscape(_ context.Context, env *Env) Verdict {
-	s := env.Canaries.SecretFile
-	if s == nil {
-		return skip("no secret-file canary given (cordon verify plants one)")
-	}
+func hardlinkEscape(env *Env, s *Secret) Verdict {
 	d, done, err := scratch(env)
 	if err != nil {
 		return skip("%v", err)

@@ -24,16 +24,26 @@ const attemptTimeout = 1500 * time.Millisecond
 
 func networkProbes() []Probe {
 	return []Probe{
-		{"net.loopback", Network, "connect to a host listener on 127.0.0.1 and ::1", netLoopback},
-		{"net.raw-ip", Network, "connect straight to the host's own IPv4 addresses (no name)", netRawIPv4},
-		{"net.ipv6", Network, "connect to the host's global IPv6 addresses", netIPv6},
-		{"net.udp", Network, "send UDP to the host's listener and wait for its answer", netUDP},
+		{"net.loopback", Network, "connect to a host listener on 127.0.0.1 and ::1", withListener(netLoopback)},
+		{"net.raw-ip", Network, "connect straight to the host's own IPv4 addresses (no name)", withListener(netRawIPv4)},
+		{"net.ipv6", Network, "connect to the host's global IPv6 addresses", withListener(netIPv6)},
+		{"net.udp", Network, "send UDP to the host's listener and wait for its answer", withListener(netUDP)},
 		{"net.icmp", Network, "ping the host's addresses (ICMP echo)", netICMP},
 		{"net.dns-tunnel", Network, "resolve a denied name carrying data, via the resolver and the canary DNS server", netDNSTunnel},
 		{"net.name-to-loopback", Network, "connect to an allowed name that resolves to the host's loopback", netNameToLoopback},
-		{"net.connect-relay", Network, "CONNECT through the proxy or an allowed host to the host's listener", netConnectRelay},
+		{"net.connect-relay", Network, "CONNECT through the proxy or an allowed host to the host's listener", withListener(netConnectRelay)},
 		{"net.host-mismatch", Network, "send an HTTP request with a denied Host to an allowed address", netHostMismatch},
 		{"net.sni-mismatch", Network, "send a TLS ClientHello naming a denied host to an allowed address", netSNIMismatch},
+	}
+}
+
+// withListener runs a probe that needs the host listener canary, and skips it when there is none.
+func withListener(run func(context.Context, *Env, *Listener) Verdict) func(context.Context, *Env) Verdict {
+	return func(ctx context.Context, env *Env) Verdict {
+		if env.Canaries.Listener == nil {
+			return skip("no host listener canary given (cordon verify plants one)")
+		}
+		return run(ctx, env, env.Canaries.Listener)
 	}
 }
 
@@ -107,19 +117,11 @@ func shortErr(err error) string {
 	return s
 }
 
-func netLoopback(ctx context.Context, env *Env) Verdict {
-	l := env.Canaries.Listener
-	if l == nil {
-		return skip("no host listener canary given (cordon verify plants one)")
-	}
+func netLoopback(ctx context.Context, env *Env, l *Listener) Verdict {
 	return dialEach(ctx, l, []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}, []int{l.Port})
 }
 
-func netRawIPv4(ctx context.Context, env *Env) Verdict {
-	l := env.Canaries.Listener
-	if l == nil {
-		return skip("no host listener canary given (cordon verify plants one)")
-	}
+func netRawIPv4(ctx context.Context, env *Env, l *Listener) Verdict {
 	_, v4, _ := hostAddrs(l)
 	if len(v4) == 0 {
 		return skip("the host has no non-loopback IPv4 address")
@@ -127,11 +129,7 @@ func netRawIPv4(ctx context.Context, env *Env) Verdict {
 	return dialEach(ctx, l, v4, []int{l.Port})
 }
 
-func netIPv6(ctx context.Context, env *Env) Verdict {
-	l := env.Canaries.Listener
-	if l == nil {
-		return skip("no host listener canary given (cordon verify plants one)")
-	}
+func netIPv6(ctx context.Context, env *Env, l *Listener) Verdict {
 	_, _, v6 := hostAddrs(l)
 	if len(v6) == 0 {
 		return skip("the host has no global IPv6 address")
@@ -139,11 +137,7 @@ func netIPv6(ctx context.Context, env *Env) Verdict {
 	return dialEach(ctx, l, v6, []int{l.Port})
 }
 
-func netUDP(ctx context.Context, env *Env) Verdict {
-	l := env.Canaries.Listener
-	if l == nil {
-		return skip("no host listener canary given (cordon verify plants one)")
-	}
+func netUDP(ctx context.Context, env *Env, l *Listener) Verdict {
 	loop, v4, v6 := hostAddrs(l)
 	var notes []string
 	for _, a := range append(append(loop, v4...), v6...) {
@@ -375,11 +369,7 @@ func connectThrough(ctx context.Context, via, auth, target, want string) (bool, 
 	return false, "tunnel opened, but not to the host's listener"
 }
 
-func netConnectRelay(ctx context.Context, env *Env) Verdict {
-	l := env.Canaries.Listener
-	if l == nil {
-		return skip("no host listener canary given (cordon verify plants one)")
-	}
+func netConnectRelay(ctx context.Context, env *Env, l *Listener) Verdict {
 	type via struct{ addr, auth string }
 	var vias []via
 	if p, auth := explicitProxy(); p != "" {
