@@ -180,14 +180,7 @@ func (c *countingSource) Keys(context.Context) (Keys, error) {
 func TestResignerRefresh(t *testing.T) {
 	first := Keys{AccessKeyID: "ASIAFIRSTFIRSTFIRST1", SecretAccessKey: strings.Repeat("f", 40), SessionToken: "FIRSTtoken", Expires: time.Now().Add(time.Hour)}
 	second := Keys{AccessKeyID: "ASIASECONDSECONDSEC2", SecretAccessKey: strings.Repeat("s", 40), SessionToken: "SECONDtoken", Expires: time.Now().Add(2 * time.Hour)}
-	ph, err := NewPlaceholder(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := NewResigner(ph, first)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ph, rs := newResigner(t, first)
 	src := &countingSource{keys: second}
 	rs.RefreshFrom(src)
 	resign := func(upstream Keys) (int, string) {

@@ -35,14 +35,7 @@ func TestAWSCLI(t *testing.T) {
 		}
 	}
 	real := Keys{AccessKeyID: "AKIAREALREALREAL1234", SecretAccessKey: "REALsecretREALsecretREALsecretREALsecret", SessionToken: "REALsessiontoken"}
-	ph, err := NewPlaceholder(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := NewResigner(ph, real)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ph, rs := newResigner(t, real)
 
 	var mu sync.Mutex
 	var got []string // "METHOD path payload-kind", per verified request

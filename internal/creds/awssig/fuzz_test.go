@@ -33,14 +33,7 @@ func FuzzParseAuthorization(f *testing.F) {
 // for the placeholder access key id and session token.
 func FuzzResign(f *testing.F) {
 	real := Keys{AccessKeyID: "AKIAREALREALREAL1234", SecretAccessKey: "REALsecretREALsecretREALsecretREALsecret", SessionToken: "REALtoken"}
-	ph, err := NewPlaceholder(real)
-	if err != nil {
-		f.Fatal(err)
-	}
-	rs, err := NewResigner(ph, real)
-	if err != nil {
-		f.Fatal(err)
-	}
+	ph, rs := newResigner(f, real)
 	expand := strings.NewReplacer("{ID}", ph.AccessKeyID, "{TOKEN}", ph.SessionToken).Replace
 	f.Fuzz(func(t *testing.T, auth, date, payload, token, path, query string) {
 		auth, token, query = expand(auth), expand(token), expand(query)

@@ -35,6 +35,20 @@ func fakeAWS(t *testing.T, keys Keys) *httptest.Server {
 	return srv
 }
 
+// newResigner returns placeholder keys for real and a Resigner from them to real.
+func newResigner(t testing.TB, real Keys) (Keys, *Resigner) {
+	t.Helper()
+	ph, err := NewPlaceholder(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := NewResigner(ph, real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ph, rs
+}
+
 // clientSign signs r as an AWS SDK in the sandbox would, with keys.
 func clientSign(t *testing.T, r *http.Request, keys Keys, payload, service string) {
 	t.Helper()
@@ -79,14 +93,7 @@ func TestResign(t *testing.T) {
 	withToken := realKeys
 	withToken.SessionToken = "REALtoken" + strings.Repeat("t", 300)
 	for _, real := range []Keys{realKeys, withToken} {
-		ph, err := NewPlaceholder(real)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := NewResigner(ph, real)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ph, rs := newResigner(t, real)
 		upstream := fakeAWS(t, real)
 		tests := []struct {
 			name, method, path, body, payload, service string
