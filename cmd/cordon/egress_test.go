@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -10,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/miekg/dns"
 )
 
@@ -89,6 +92,24 @@ func TestEgressAllowlist(t *testing.T) {
 		// The run's audit log has the decisions.
 		if !strings.Contains(r.stderr, "denied") || !strings.Contains(r.stderr, "cordon log") {
 			t.Errorf("no end-of-run network summary:\n%s", r)
+		}
+		// A run with both: cordon log --denied keeps only the refusal, --json gives every event.
+		h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 http://pkg.test:%[1]d/; curl -sS -m 10 http://other.test:%[1]d/", port))
+		all := h.cordon(nil, "", "log", "--json", "last")
+		var kinds []string
+		for _, line := range strings.Split(strings.TrimSpace(all.stdout), "\n") {
+			var e audit.Event
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("cordon log --json: %q: %v", line, err)
+			}
+			kinds = append(kinds, e.Name+":"+e.Decision)
+		}
+		if !slices.Contains(kinds, "pkg.test:allow") || !slices.Contains(kinds, "other.test:deny") {
+			t.Errorf("cordon log --json: %v", kinds)
+		}
+		denied := h.cordon(nil, "", "log", "--denied", "last")
+		if denied.code != 0 || !strings.Contains(denied.stdout, "other.test") || strings.Contains(denied.stdout, "pkg.test") {
+			t.Errorf("cordon log --denied:\n%s", denied)
 		}
 	})
 }

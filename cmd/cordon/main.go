@@ -52,7 +52,7 @@ type app struct {
 func commands() []command {
 	return []command{
 		{"run", "run [flags] -- COMMAND [ARG...]", "run a command (an agent) inside the sandbox", (*app).cmdRun},
-		{"log", "log RUN", "print a run's audit log: every DNS answer, connection and checked request, allowed or denied", (*app).cmdLog},
+		{"log", logUsage, "print a run's audit log: every DNS answer, connection and checked request, allowed or denied", (*app).cmdLog},
 		{"runs", "runs", "list runs: id, project, command, started, state, files changed", (*app).cmdRuns},
 		{"diff", "diff [--stat] RUN", "show what a run changed, as a git-style diff", (*app).cmdDiff},
 		{"apply", "apply [--include-risky] RUN", "carry a run's changes into the project", (*app).cmdApply},
