@@ -93,6 +93,17 @@ func TestEgressAllowlist(t *testing.T) {
 		if !strings.Contains(r.stderr, "denied") || !strings.Contains(r.stderr, "cordon log") {
 			t.Errorf("no end-of-run network summary:\n%s", r)
 		}
+		// A refused CONNECT (whose 403 body no client shows) and a refused name (NXDOMAIN) are also
+		// told on cordon's stderr, with the fix.
+		r = h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 https://other.test:%[1]d/; curl -sS -m 10 --noproxy '*' http://nowhere.test:%[1]d/; true", port))
+		for _, want := range []string{
+			fmt.Sprintf(`cordon: blocked other.test:%d (not in network.allow) — to allow: add {host: "other.test", ports: [%d]} to network.allow`, port, port),
+			`cordon: blocked the DNS name nowhere.test (not in network.allow) — to allow: add "nowhere.test" to network.allow`,
+		} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
 		// A run with both: cordon log --denied keeps only the refusal, --json gives every event.
 		h.sandboxed(pol, fmt.Sprintf("curl -sS -m 10 http://pkg.test:%[1]d/; curl -sS -m 10 http://other.test:%[1]d/", port))
 		all := h.cordon(nil, "", "log", "--json", "last")
@@ -175,6 +186,10 @@ func TestDNSExfiltrationCarriesNothing(t *testing.T) {
 		}
 		if n := queries.Load(); n != 0 {
 			t.Fatalf("the upstream resolver got %d queries for denied names", n)
+		}
+		// The user is told, once for the whole domain the names were under, not once per name.
+		if c := strings.Count(r.stderr, "cordon: blocked the DNS name "); c != 1 || !strings.Contains(r.stderr, ".attacker.test (not in network.allow)") {
+			t.Errorf("want one line about the refused names, got %d:\n%s", c, r.stderr)
 		}
 		// Control: the gateway does resolve an allowed name upstream when the sandbox connects to it.
 		h.sandboxed(pol, "curl -sS -m 5 --noproxy '*' https://allowed.test/ 2>&1; true")

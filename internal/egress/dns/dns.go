@@ -70,12 +70,16 @@ type Config struct {
 	TTL time.Duration
 	// IdleTimeout for TCP connections; zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Refused, if set, is told each host name the policy refused (not malformed names), with the
+	// reason, so a human can be told what the sandbox could not resolve. It must not block.
+	Refused func(host, reason string)
 }
 
 // Server answers the sandbox's DNS queries. It is safe for concurrent use.
 type Server struct {
 	policy   Policy
 	explain  Explainer // nil when Policy does not implement it
+	refused  func(host, reason string)
 	names    Names
 	rec      audit.Recorder
 	hostname string
@@ -88,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Policy == nil || cfg.Names == nil || cfg.Recorder == nil {
 		return nil, errors.New("dns: Policy, Names and Recorder are required")
 	}
-	s := &Server{policy: cfg.Policy, names: cfg.Names, rec: cfg.Recorder, ttl: uint32(DefaultTTL / time.Second), idle: cfg.IdleTimeout}
+	s := &Server{policy: cfg.Policy, names: cfg.Names, rec: cfg.Recorder, ttl: uint32(DefaultTTL / time.Second), idle: cfg.IdleTimeout, refused: cfg.Refused}
 	s.explain, _ = cfg.Policy.(Explainer)
 	if cfg.Hostname != "" {
 		h, ok := hostName(cfg.Hostname)
@@ -411,6 +415,9 @@ func (s *Server) respond(raw []byte, ev *audit.Event) (*mdns.Msg, *mdns.OPT) {
 		ev.Rule, ev.Reason = "default", "not an allowed name"
 		if s.explain != nil {
 			ev.Rule, ev.Reason = s.explain.Explain(host)
+		}
+		if s.refused != nil {
+			s.refused(host, ev.Reason)
 		}
 		resp.Rcode = mdns.RcodeNameError
 		return resp, opt

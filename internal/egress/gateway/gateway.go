@@ -96,15 +96,23 @@ func New(cfg Config) (*Gateway, error) {
 	if len(cfg.Network.DNS.Upstream) > 0 {
 		lookup = upstreamResolver(cfg.Network.DNS.Upstream)
 	}
+	var notices *notifier
+	if cfg.Notify != nil {
+		notices = newNotifier(cfg.Notify)
+	}
 	notify := func(d egress.Decision, name string, port uint16) {
-		if cfg.Notify == nil {
-			return
-		}
 		line := fmt.Sprintf("blocked %s:%d (%s)", name, port, d.Reason)
 		if d.Fix != "" {
 			line += " — to allow: " + d.Fix
 		}
-		cfg.Notify(line)
+		notices.notify(fmt.Sprintf("tcp %s:%d", name, port), line)
+	}
+	refusedName := func(host, reason string) {
+		line := fmt.Sprintf("blocked the DNS name %s (%s)", host, reason)
+		if fix := matcher.Decide(host, 443).Fix; fix != "" {
+			line += " — to allow: " + fix
+		}
+		notices.notify(dnsKey(host), line)
 	}
 	for _, h := range cfg.InjectHosts {
 		if h[0] != '*' && !matcher.Known(h) {
@@ -121,7 +129,7 @@ func New(cfg Config) (*Gateway, error) {
 		OrigDst: netns.OrigDst, Notify: notify,
 	}
 	if len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 {
-		if err = g.prepareInterception(cfg); err == nil {
+		if err = g.prepareInterception(cfg, notices); err == nil {
 			pcfg.Intercept = g.ic
 		}
 	}
@@ -129,7 +137,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.proxy, err = proxy.New(pcfg)
 	}
 	if err == nil {
-		if g.dns, err = dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname}); err == nil {
+		if g.dns, err = dns.New(dns.Config{Policy: matcher, Names: mapper, Recorder: log, Hostname: cfg.Hostname, Refused: refusedName}); err == nil {
 			g.ctx, g.cancel = context.WithCancel(context.Background())
 			return g, nil
 		}
@@ -140,7 +148,7 @@ func New(cfg Config) (*Gateway, error) {
 
 // prepareInterception makes the run's CA and the interceptor for the hosts with HTTP rules or
 // credentials. Upstreams are verified against the host's roots plus network.tls.caFile.
-func (g *Gateway) prepareInterception(cfg Config) error {
+func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	roots, err := x509.SystemCertPool()
 	if err != nil {
 		roots = x509.NewCertPool()
@@ -165,8 +173,8 @@ func (g *Gateway) prepareInterception(cfg Config) error {
 		}
 	}
 	var notify func(key, line string)
-	if cfg.Notify != nil {
-		notify = onceEach(cfg.Notify)
+	if notices != nil {
+		notify = func(key, line string) { notices.notify("http "+key, line) }
 	}
 	g.ic, err = intercept.New(intercept.Config{
 		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
@@ -219,28 +227,6 @@ func (g *Gateway) serve(fn func() error) {
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
 func ResolvConf() string {
 	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
-}
-
-// maxNotified bounds the refusals remembered for onceEach: past it, lines repeat rather than memory grow.
-const maxNotified = 4096
-
-// onceEach passes on the first line of each key: an agent retrying a refused request, or walking
-// many paths, gets one line per host, method and rule on the user's terminal, not a flood (the audit
-// log has every one).
-func onceEach(notify func(string)) func(key, line string) {
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	return func(key, line string) {
-		mu.Lock()
-		first := !seen[key]
-		if first && len(seen) < maxNotified {
-			seen[key] = true
-		}
-		mu.Unlock()
-		if first {
-			notify(line)
-		}
-	}
 }
 
 // TrustCA is the PEM certificate of the run's CA, which the sandbox must trust for the intercepted

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,14 +85,31 @@ func TestTrustOnlyWhenIntercepting(t *testing.T) {
 	}
 }
 
-// TestOnceEach: the user's terminal gets the first refusal of each kind, not every retry.
-func TestOnceEach(t *testing.T) {
+// TestNotifier: the user's terminal gets the first refusal of each kind, not every retry; names
+// under one domain (a DNS tunnel) make one line; and a run prints at most maxNotices lines, then one
+// that says where the rest are.
+func TestNotifier(t *testing.T) {
 	var got []string
-	n := onceEach(func(line string) { got = append(got, line) })
-	n("github.com GET network.http[0]", "first")
-	n("github.com GET network.http[0]", "retry")
-	n("github.com POST network.http[0]", "other method")
-	if want := []string{"first", "other method"}; !slices.Equal(got, want) {
+	n := newNotifier(func(line string) { got = append(got, line) })
+	n.notify("http github.com GET network.http[0]", "first")
+	n.notify("http github.com GET network.http[0]", "retry")
+	n.notify("http github.com POST network.http[0]", "other method")
+	for _, name := range []string{"c2VjcmV0.attacker.example", "bW9yZQ.attacker.example", "x.y.attacker.example"} {
+		n.notify(dnsKey(name), "dns "+name)
+	}
+	n.notify(dnsKey("a.b.example.co.uk"), "dns co.uk 1")
+	n.notify(dnsKey("c.example.co.uk"), "dns co.uk 2")
+	n.notify(dnsKey("other.co.uk"), "dns co.uk 3")
+	want := []string{"first", "other method", "dns c2VjcmV0.attacker.example", "dns co.uk 1", "dns co.uk 3"}
+	if !slices.Equal(got, want) {
 		t.Fatalf("notified %q, want %q", got, want)
 	}
+	for i := range 2 * maxNotices {
+		n.notify(fmt.Sprintf("tcp 10.0.0.%d:443", i), "scan")
+	}
+	if len(got) != maxNotices+1 || !strings.Contains(got[len(got)-1], "cordon log --denied") {
+		t.Fatalf("%d lines, the last %q; want %d and a pointer to the log", len(got), got[len(got)-1], maxNotices+1)
+	}
+	var nilNotifier *notifier
+	nilNotifier.notify("k", "nothing happens")
 }

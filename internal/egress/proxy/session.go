@@ -124,9 +124,15 @@ func reset(c net.Conn) {
 }
 
 // httpDeny answers a plain-HTTP request with a 403 (or the given status) that names what was blocked
-// and how to allow it, then closes the connection gracefully so the client reads the answer.
+// and how to allow it, then closes the connection gracefully so the client reads the answer. The
+// same line goes to Config.Notify (once per host and port).
 func (s *session) httpDeny(d egress.Decision, status int, host string, port uint16) {
 	s.decided(d)
+	if host != "" {
+		// Also on the user's terminal: clients rarely show a refusal's body (none shows it for a
+		// refused CONNECT), so the 403 alone would leave a human guessing.
+		s.g.notify(d, host, port)
+	}
 	var b strings.Builder
 	switch {
 	case host == "":

@@ -520,8 +520,9 @@ func TestTransparentKeepAliveSecondRequest(t *testing.T) {
 }
 
 // TestTransparentPolicyDenial checks what a user sees for a name the policy does not allow: a 403
-// naming host, port and the fix for plain HTTP; a reset and one notification per host for TLS and
-// TCP, however many times the agent tries. Allowing the name then lets the same probes through.
+// naming host, port and the fix for plain HTTP, and a reset for TLS and TCP; and one notification
+// per host and port either way, however many times the agent tries. Allowing the name then lets the
+// same probes through.
 func TestTransparentPolicyDenial(t *testing.T) {
 	h := newHarness(t)
 	tlsUp, plainUp, echoUp := h.httpsUpstream(), h.httpUpstream(), h.echoUpstream("")
@@ -547,6 +548,7 @@ func TestTransparentPolicyDenial(t *testing.T) {
 	h.rec.waitFor(t, 0, "TLS denial", isDeny("denied.test", tlsUp.port, "not in network.allow"))
 	h.rec.waitFor(t, 0, "TCP denial", isDeny("denied.test", echoUp.port, "not in network.allow"))
 	want := []string{
+		fmt.Sprintf("denied.test:%d not in network.allow", plainUp.port),
 		fmt.Sprintf("denied.test:%d not in network.allow", tlsUp.port),
 		fmt.Sprintf("denied.test:%d not in network.allow", echoUp.port),
 	}

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"strings"
+	"sync"
+)
+
+// maxNotices bounds the refusal lines one run prints on the user's terminal; the audit log has every
+// refusal.
+const maxNotices = 32
+
+// notifier prints a refusal line the first time its key is seen, and at most maxNotices lines in a
+// run, then one line saying the rest are only in the audit log: an agent retrying a request, walking
+// paths, scanning hosts or tunnelling data through DNS names must not flood the terminal, nor push
+// the first, telling refusals off the screen.
+type notifier struct {
+	out func(string)
+
+	mu      sync.Mutex
+	seen    map[string]bool
+	printed int
+}
+
+func newNotifier(out func(string)) *notifier {
+	return &notifier{out: out, seen: map[string]bool{}}
+}
+
+// notify prints line unless key was seen or the run's lines are used up. A nil notifier prints
+// nothing.
+func (n *notifier) notify(key, line string) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.seen[key] || n.printed > maxNotices {
+		n.mu.Unlock()
+		return
+	}
+	n.seen[key] = true
+	n.printed++
+	last := n.printed > maxNotices
+	n.mu.Unlock()
+	if last {
+		n.out("further refusals are not printed; cordon log --denied RUN lists them all")
+		return
+	}
+	n.out(line)
+}
+
+// dnsKey groups a refused name with the other names under the same parent domain (the last two
+// labels, three under a short second-level label such as co.uk): a DNS tunnel asks for many names
+// under one domain, and one line tells the user about all of them.
+func dnsKey(name string) string {
+	labels := strings.Split(name, ".")
+	n := 2
+	if len(labels) >= 3 && len(labels[len(labels)-2]) <= 3 && len(labels[len(labels)-1]) == 2 {
+		n = 3
+	}
+	if len(labels) > n {
+		labels = labels[len(labels)-n:]
+	}
+	return "dns " + strings.Join(labels, ".")
+}
