@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -497,6 +500,53 @@ func TestSignalsForwarded(t *testing.T) {
 		}
 		if code != 5 || !strings.Contains(out.String(), "got-TERM") {
 			t.Fatalf("SIGTERM was not forwarded: exit %d, output %q", code, out.String())
+		}
+	})
+}
+
+// TestPolicyMountsUnderEtc: filesystem.readonly may name paths under /etc that the sandbox's /etc
+// leaves out (it is generated, and sealed before the policy's paths are bound: they used to fail to
+// mount), and only those paths appear.
+func TestPolicyMountsUnderEtc(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		// What the sandbox's own /etc holds; pick host entries it leaves out.
+		r := h.sandboxed("", "ls -1A /etc")
+		inside := strings.Fields(r.stdout)
+		var dir, file, other string
+		des, err := os.ReadDir("/etc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, de := range des {
+			name := de.Name()
+			info, err := os.Stat(filepath.Join("/etc", name))
+			if err != nil || info.Mode().Perm()&0o004 == 0 || slices.Contains(inside, name) {
+				continue
+			}
+			switch {
+			case info.IsDir() && dir == "":
+				dir = name
+			case info.Mode().IsRegular() && info.Size() > 0 && file == "":
+				file = name
+			case other == "":
+				other = name
+			}
+		}
+		if dir == "" || file == "" || other == "" {
+			t.Skipf("this host's /etc has no directory, file and third entry outside the sandbox's own /etc (%q %q %q)", dir, file, other)
+		}
+		want, err := os.ReadFile(filepath.Join("/etc", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol := fmt.Sprintf("filesystem:\n  readonly: [/etc/%s, /etc/%s]\n", dir, file)
+		r = h.sandboxed(pol, fmt.Sprintf(`ls -d /etc/%[1]s && sha256sum /etc/%[2]s; touch /etc/%[1]s/x 2>/dev/null && echo WRITABLE; ls -d /etc/%[3]s 2>/dev/null && echo SIBLING; true`, dir, file, other))
+		sum := sha256.Sum256(want)
+		if r.code != 0 || !strings.Contains(r.stdout, "/etc/"+dir) || !strings.Contains(r.stdout, hex.EncodeToString(sum[:])) {
+			t.Fatalf("/etc/%s and /etc/%s are not readable inside:\n%s", dir, file, r)
+		}
+		if strings.Contains(r.stdout, "WRITABLE") || strings.Contains(r.stdout, "SIBLING") {
+			t.Fatalf("a readonly path under /etc is writable, or an unnamed entry (/etc/%s) appeared:\n%s", other, r)
 		}
 	})
 }

@@ -38,8 +38,8 @@ type initConfig struct {
 // etcEntry is one allowed entry of the host's /etc, already resolved by the parent.
 type etcEntry struct {
 	Name    string `json:"name"`
-	Kind    string `json:"kind"`              // "file", "dir", "symlink", "generated", "dir-empty", "cover"
-	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name
+	Kind    string `json:"kind"`              // "file", "dir", "symlink", "generated", "dir-empty", "cover", "mountpoint"
+	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name; for "mountpoint", "dir" or "file"
 	Content string `json:"content,omitempty"` // set for generated files
 }
 

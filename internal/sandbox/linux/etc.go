@@ -98,7 +98,37 @@ func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
 	if len(spec.TrustCA) > 0 {
 		out = append(out, trustEntries(spec.TrustCA)...)
 	}
-	return out, nil
+	return append(out, etcMountPoints(spec.Mounts, out)...), nil
+}
+
+// etcMountPoints makes room in the generated /etc for the policy's paths under it (filesystem.readonly:
+// [/etc/apt], say): /etc is sealed read-only before the policy's paths are bound, so their mount
+// points must exist by then. A path inside an entry already bound from the host needs none.
+func etcMountPoints(mounts []sandbox.Mount, entries []etcEntry) []etcEntry {
+	var out []etcEntry
+	for _, m := range mounts {
+		rel, ok := strings.CutPrefix(m.Source, "/etc/")
+		if !ok || rel == "" {
+			continue
+		}
+		covered := false
+		for _, e := range entries {
+			if e.Name == rel || e.Kind != "dir-empty" && strings.HasPrefix(rel, e.Name+"/") {
+				covered = true
+				break
+			}
+		}
+		fi, err := os.Stat(m.Source)
+		if covered || err != nil {
+			continue // a missing path is the mount's own error to report
+		}
+		kind := "file"
+		if fi.IsDir() {
+			kind = "dir"
+		}
+		out = append(out, etcEntry{Name: rel, Kind: "mountpoint", Target: kind})
+	}
+	return out
 }
 
 // systemBundle is where Debian and its derivatives keep the CA bundle that OpenSSL, curl, git, python

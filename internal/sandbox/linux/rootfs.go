@@ -202,6 +202,9 @@ func buildEtc(entries []etcEntry) error {
 			err = os.WriteFile(dst, []byte(e.Content), 0o644)
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
+		case "mountpoint":
+			// Where a policy path is bound later (mountTree), after the seal below.
+			err = ensureTarget(dst, e.Target == "dir")
 		case "cover":
 			// A file of this tmpfs bound over one of a host directory bound above, read-only like it.
 			err = bindMount(filepath.Join(etc, e.Target), dst, false)
