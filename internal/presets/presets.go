@@ -1,6 +1,6 @@
 // Package presets expands the names in network.presets into the hosts a tool needs. A registry's host
 // is never written here: it is read from the tool's own configuration (npm's registry setting, go's
-// GOPROXY and GOSUMDB, pip's index settings and built-in default), so private mirrors work and nothing
+// GOPROXY and GOSUMDB, pip's index settings and built-in default, apt's sources), so private mirrors work and nothing
 // stale is baked in. Only the agents' own API hosts and GitHub's, which no tool configuration names,
 // are fixed.
 package presets
@@ -48,6 +48,14 @@ func (s Source) Preset(name string) ([]policy.Endpoint, error) {
 			return nil, fmt.Errorf("preset go: asking go for GOPROXY and GOSUMDB: %w", err)
 		}
 		return goEndpoints(string(out))
+	case "apt":
+		// apt's own reading of its sources (sources.list, sources.list.d, deb822 files, Enabled: no):
+		// the URIs an update would fetch, printed without fetching.
+		out, err := s.run("apt-get", "update", "--print-uris")
+		if err != nil {
+			return nil, fmt.Errorf("preset apt: asking apt for its sources: %w", err)
+		}
+		return aptEndpoints(string(out))
 	case "pypi":
 		// pip's own settings first (PIP_INDEX_URL, pip.conf), then its built-in default.
 		out, err := s.run("python3", "-c", pipScript)
@@ -123,6 +131,35 @@ func urlEndpoints(preset string, urls []string) ([]policy.Endpoint, error) {
 		return nil, fmt.Errorf("preset %s: the tool names no registry", preset)
 	}
 	return eps, nil
+}
+
+// aptEndpoints reads `apt-get update --print-uris` output ("'URI' file size hash" per line) and
+// returns each host and port once. Sources apt reads from no network host (file:, cdrom:, copy:) are
+// skipped; a source of another transport (mirror+, tor+) is an error rather than a guess.
+func aptEndpoints(out string) ([]policy.Endpoint, error) {
+	var urls []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		raw := strings.Trim(f[0], "'")
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("preset apt: %q is not a URI", raw)
+		}
+		switch u.Scheme {
+		case "file", "cdrom", "copy":
+			continue
+		}
+		key := u.Scheme + "://" + u.Host
+		if !seen[key] {
+			seen[key] = true
+			urls = append(urls, key+"/")
+		}
+	}
+	return urlEndpoints("apt", urls)
 }
 
 // goEndpoints reads `go env GOPROXY GOSUMDB` output: a proxy list (comma or pipe separated, with the

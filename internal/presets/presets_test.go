@@ -3,7 +3,11 @@ package presets
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +29,10 @@ func TestPresetsReadTheToolsConfiguration(t *testing.T) {
 		"npm":     "https://npm.mirror.internal:8443/\n",
 		"go":      "https://goproxy.mirror.internal,direct\nsum.mirror.internal+abc123\n",
 		"python3": "https://pypi.mirror.internal/simple\nhttp://files.mirror.internal/\n",
+		"apt-get": "'http://deb.mirror.internal/debian/dists/bookworm/InRelease' deb.mirror.internal_debian_dists_bookworm_InRelease 0 \n" +
+			"'http://deb.mirror.internal/debian/dists/bookworm/main/binary-amd64/Packages.xz' x 0 \n" +
+			"'https://apt.vendor.internal:8443/repo/dists/stable/InRelease' y 0 \n" +
+			"'file:/srv/local-repo/./InRelease' z 0 \n",
 	})}
 	for _, tc := range []struct {
 		preset string
@@ -33,6 +41,7 @@ func TestPresetsReadTheToolsConfiguration(t *testing.T) {
 		{"npm", []policy.Endpoint{{Host: "npm.mirror.internal", Ports: []uint16{8443}}}},
 		{"go", []policy.Endpoint{{Host: "goproxy.mirror.internal", Ports: []uint16{443}}, {Host: "sum.mirror.internal", Ports: []uint16{443}}}},
 		{"pypi", []policy.Endpoint{{Host: "pypi.mirror.internal", Ports: []uint16{443}}, {Host: "files.mirror.internal", Ports: []uint16{80}}}},
+		{"apt", []policy.Endpoint{{Host: "deb.mirror.internal", Ports: []uint16{80}}, {Host: "apt.vendor.internal", Ports: []uint16{8443}}}},
 	} {
 		got, err := src.Preset(tc.preset)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
@@ -42,8 +51,9 @@ func TestPresetsReadTheToolsConfiguration(t *testing.T) {
 }
 
 func TestPresetErrors(t *testing.T) {
-	src := Source{Run: fakeTools(map[string]string{"npm": "not a url\n", "go": "off\noff\n"})}
+	src := Source{Run: fakeTools(map[string]string{"npm": "not a url\n", "go": "off\noff\n", "apt-get": "'mirror+http://mirrors.internal/list.txt' x 0\n"})}
 	for preset, want := range map[string]string{
+		"apt":    "not a registry URL",
 		"npm":    "not a registry URL",
 		"go":     "names no registry",
 		"pypi":   "not installed",
@@ -61,6 +71,33 @@ func TestPresetsFromRealTools(t *testing.T) {
 	src := Source{Env: []string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(),
 		"GOPROXY=https://goproxy.example.test", "GOSUMDB=off", "npm_config_registry=https://npm.example.test/",
 		"PIP_INDEX_URL=https://pypi.example.test/simple", "PIP_CONFIG_FILE=/dev/null"}}
+	// apt reads the sources an APT_CONFIG file points it at: one-line and deb822 forms, one disabled.
+	apt := t.TempDir()
+	for name, body := range map[string]string{
+		"sources.list":        "deb https://apt.example.test:8443/debian bookworm main\n",
+		"parts/m.sources":     "Types: deb\nURIs: http://mirror.example.test/debian\nSuites: bookworm\nComponents: main\n\nTypes: deb\nEnabled: no\nURIs: http://disabled.example.test/x\nSuites: s\nComponents: main\n",
+		"parts/old.list.bak":  "deb http://ignored.example.test/debian bookworm main\n",
+		"lists/partial/.keep": "",
+		"apt.conf": fmt.Sprintf("Dir::Etc::sourcelist %q;\nDir::Etc::sourceparts %q;\nDir::State::lists %q;\nDir::Cache %q;\n",
+			apt+"/sources.list", apt+"/parts", apt+"/lists", apt+"/cache"),
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(apt, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(apt, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src.Env = append(src.Env, "APT_CONFIG="+apt+"/apt.conf")
+	if eps, err := src.Preset("apt"); err != nil {
+		if strings.Contains(err.Error(), "executable file not found") {
+			t.Logf("apt: not installed, skipped: %v", err)
+		} else {
+			t.Errorf("apt: %v", err)
+		}
+	} else if want := []policy.Endpoint{{Host: "apt.example.test", Ports: []uint16{8443}}, {Host: "mirror.example.test", Ports: []uint16{80}}}; !endpointsEqual(eps, want) {
+		t.Errorf("apt: got %v, want %v (in any order)", eps, want)
+	}
 	for preset, host := range map[string]string{"go": "goproxy.example.test", "npm": "npm.example.test", "pypi": "pypi.example.test"} {
 		eps, err := src.Preset(preset)
 		if err != nil {
@@ -75,4 +112,19 @@ func TestPresetsFromRealTools(t *testing.T) {
 			t.Errorf("%s: got %v, want %s first", preset, eps, host)
 		}
 	}
+}
+
+// endpointsEqual compares endpoint lists in any order.
+func endpointsEqual(a, b []policy.Endpoint) bool {
+	key := func(e policy.Endpoint) string { return fmt.Sprint(e.Host, e.Ports) }
+	ka, kb := make([]string, len(a)), make([]string, len(b))
+	for i := range a {
+		ka[i] = key(a[i])
+	}
+	for i := range b {
+		kb[i] = key(b[i])
+	}
+	slices.Sort(ka)
+	slices.Sort(kb)
+	return slices.Equal(ka, kb)
 }
