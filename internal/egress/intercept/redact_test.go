@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -220,4 +221,89 @@ func TestRedactions(t *testing.T) {
 			conn.Close()
 		})
 	}
+}
+
+// FuzzRedactResponse: whatever an upstream answers (the value anywhere in a header or the body, the
+// body in pieces of any size, gzip-encoded or not, the value's length equal to its placeholder's or
+// not), the answer the sandbox reads holds no credential value, or the gateway refuses it.
+func FuzzRedactResponse(f *testing.F) {
+	f.Add("prefix ", " suffix", "X-Debug", []byte{3, 7, 1}, false, true)
+	f.Add("", "", "Set-Cookie", []byte{1}, true, false)
+	f.Add("a\"b", "\r\n", "Location", []byte{200, 2}, true, true)
+	f.Fuzz(func(t *testing.T, before, after, header string, sizes []byte, gzipped, sameLength bool) {
+		const secret = "ghs_REALREALREALREALREALREALREAL12"
+		replacement := "ghs_PLACEHOLDERPLACEHOLDERPLACE34"
+		if !sameLength {
+			replacement += "-longer"
+		}
+		red := redact.New([]redact.Pair{{Secret: secret, Replacement: replacement}})
+		body := []byte(before + secret + after + secret)
+		h := http.Header{"Content-Type": {"text/plain"}}
+		if name := textproto.CanonicalMIMEHeaderKey(strings.Map(func(r rune) rune {
+			if r <= ' ' || r > '~' || r == ':' {
+				return -1
+			}
+			return r
+		}, header)); name != "" {
+			h.Set(name, before+secret+after)
+		}
+		if gzipped {
+			var b bytes.Buffer
+			zw := gzip.NewWriter(&b)
+			zw.Write(body)
+			zw.Close()
+			body = b.Bytes()
+			h.Set("Content-Encoding", "gzip")
+		}
+		var sz []int
+		for _, b := range sizes {
+			sz = append(sz, int(b))
+		}
+		res := &http.Response{StatusCode: 200, Header: h, ContentLength: int64(len(body)), Trailer: http.Header{"X-T": {secret}},
+			Body: io.NopCloser(&pieces{b: body, sizes: sz})}
+		if err := redactResponse(res, red); err != nil {
+			t.Fatalf("an identity or gzip answer was refused: %v", err)
+		}
+		got, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, vs := range res.Header {
+			for _, v := range vs {
+				if strings.Contains(k+v, secret) {
+					t.Fatalf("header %s: %q holds the value", k, v)
+				}
+			}
+		}
+		if bytes.Contains(got, []byte(secret)) && !strings.Contains(before+after, "ghs_") {
+			t.Fatalf("the body holds the value: %q", got)
+		}
+		if strings.Contains(res.Trailer.Get("X-T"), secret) {
+			t.Fatal("the trailer holds the value")
+		}
+		if res.ContentLength >= 0 && res.ContentLength != int64(len(got)) {
+			t.Fatalf("Content-Length %d for a body of %d", res.ContentLength, len(got))
+		}
+	})
+}
+
+// pieces reads b in pieces of the given sizes, in turn.
+type pieces struct {
+	b     []byte
+	sizes []int
+	i     int
+}
+
+func (p *pieces) Read(buf []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := len(p.b)
+	if len(p.sizes) > 0 {
+		n = max(1, p.sizes[p.i%len(p.sizes)])
+		p.i++
+	}
+	n = copy(buf, p.b[:min(n, len(p.b))])
+	p.b = p.b[n:]
+	return n, nil
 }
