@@ -550,3 +550,17 @@ func TestPolicyMountsUnderEtc(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyMountsUnderHome: a policy path under the caller's home (~/.cargo, say) is found under the
+// agent's home, also when that is another directory (a root caller's agent runs as an unprivileged
+// user with a home of its own), and at its own path; read-only at both.
+func TestPolicyMountsUnderHome(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		h.writeFile(filepath.Join(h.home, ".tool", "bin", "version"), "TOOL-"+h.canary, 0o644)
+		h.chownAll(filepath.Join(h.home, ".tool"))
+		r := h.sandboxed("filesystem:\n  readonly: [~/.tool]\n", fmt.Sprintf(`cat "$HOME/.tool/bin/version"; echo; cat %[1]s/.tool/bin/version; echo; echo x > "$HOME/.tool/new" 2>/dev/null && echo WRITABLE; echo x > %[1]s/.tool/new 2>/dev/null && echo WRITABLE; true`, h.home))
+		if strings.Count(r.stdout, "TOOL-"+h.canary) != 2 || strings.Contains(r.stdout, "WRITABLE") {
+			t.Fatalf("~/.tool is not readable (only) at the agent's $HOME/.tool:\n%s", r)
+		}
+	})
+}

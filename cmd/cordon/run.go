@@ -404,10 +404,10 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 		}
 	}
 	for _, p := range pol.Filesystem.ReadOnly {
-		spec.Mounts = append(spec.Mounts, a.mount(p, false)...)
+		spec.Mounts = append(spec.Mounts, a.mount(p, false, id.Home)...)
 	}
 	for _, p := range pol.Filesystem.ReadWrite {
-		spec.Mounts = append(spec.Mounts, a.mount(p, true)...)
+		spec.Mounts = append(spec.Mounts, a.mount(p, true, id.Home)...)
 	}
 	if err := a.checkMounts(spec.Mounts, project); err != nil {
 		return nil, err
@@ -451,14 +451,24 @@ func (a *app) checkMounts(mounts []sandbox.Mount, project string) error {
 }
 
 // mount resolves a policy path on the host. A path that does not exist is skipped with a warning:
-// there is nothing to expose.
-func (a *app) mount(p string, writable bool) []sandbox.Mount {
+// there is nothing to expose. The path appears inside where it is on the host; one under the caller's
+// home appears under the sandbox user's home (sandboxHome) as well when the two differ, as they do for
+// a root caller, so that ~/.cargo in the policy is ~/.cargo for the agent too, while absolute paths
+// (a PATH entry, a command named by its path) keep working.
+func (a *app) mount(p string, writable bool, sandboxHome string) []sandbox.Mount {
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		a.warn(fmt.Sprintf("filesystem: %s is not mounted: %v", p, err))
 		return nil
 	}
-	return []sandbox.Mount{{Source: real, Writable: writable}}
+	mounts := []sandbox.Mount{{Source: real, Writable: writable}}
+	home := a.getenv("HOME")
+	if realHome, err := filepath.EvalSymlinks(home); err == nil && home != "" && realHome != sandboxHome {
+		if rel, err := filepath.Rel(realHome, real); err == nil && rel != "." && filepath.IsLocal(rel) {
+			mounts = append(mounts, sandbox.Mount{Source: real, Target: filepath.Join(sandboxHome, rel), Writable: writable})
+		}
+	}
+	return mounts
 }
 
 // denyMasks walks the workspace for paths that filesystem.deny hides. A matching symlink is followed

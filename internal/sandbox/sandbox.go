@@ -23,7 +23,7 @@ type Spec struct {
 
 	// Workspace is the project, mounted read-write at Workspace.Path.
 	Workspace Workspace
-	// Mounts are additional host paths made visible at the same path.
+	// Mounts are additional host paths made visible inside (at the same path unless a Target is given).
 	Mounts []Mount
 	// Masks are absolute paths (inside the workspace or a mount) hidden behind an empty file or
 	// directory.
@@ -90,10 +90,21 @@ type EgressPorts struct {
 	Transparent, Proxy, DNS uint16
 }
 
-// Mount is a host path made visible inside at the same path.
+// Mount is a host path made visible inside.
 type Mount struct {
-	Source   string
+	Source string
+	// Target is where it appears inside; empty means Source. (A path under the caller's home is
+	// also shown under the sandbox user's home when the two differ, as for a root caller.)
+	Target   string
 	Writable bool
+}
+
+// Path is where the mount appears inside the sandbox.
+func (m Mount) Path() string {
+	if m.Target != "" {
+		return m.Target
+	}
+	return m.Source
 }
 
 // User is the identity inside the sandbox. It is never privileged: the command has no capabilities.

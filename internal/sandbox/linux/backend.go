@@ -215,8 +215,8 @@ func validate(spec *sandbox.Spec) error {
 		return fmt.Errorf("workspace %q: not an absolute path", ws.Path)
 	}
 	for _, m := range spec.Mounts {
-		if !filepath.IsAbs(m.Source) {
-			return fmt.Errorf("mount %q: not an absolute path", m.Source)
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Path()) {
+			return fmt.Errorf("mount %q at %q: not an absolute path", m.Source, m.Path())
 		}
 	}
 	if spec.User.UID == 0 {

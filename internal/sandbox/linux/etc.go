@@ -107,7 +107,7 @@ func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
 func etcMountPoints(mounts []sandbox.Mount, entries []etcEntry) []etcEntry {
 	var out []etcEntry
 	for _, m := range mounts {
-		rel, ok := strings.CutPrefix(m.Source, "/etc/")
+		rel, ok := strings.CutPrefix(m.Path(), "/etc/")
 		if !ok || rel == "" {
 			continue
 		}

@@ -48,19 +48,20 @@ func restrictLandlock(spec *sandbox.Spec, abi int) (string, error) {
 		rules = append(rules, landlock.RWDirs(spec.User.Home).WithRefer())
 	}
 	for _, m := range spec.Mounts {
-		fi, err := os.Stat(m.Source)
+		p := m.Path() // after the pivot, where the mount is
+		fi, err := os.Stat(p)
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", m.Source, err)
+			return "", fmt.Errorf("%s: %w", p, err)
 		}
 		switch {
 		case fi.IsDir() && m.Writable:
-			rules = append(rules, landlock.RWDirs(m.Source).WithRefer())
+			rules = append(rules, landlock.RWDirs(p).WithRefer())
 		case fi.IsDir():
-			rules = append(rules, landlock.RODirs(m.Source))
+			rules = append(rules, landlock.RODirs(p))
 		case m.Writable:
-			rules = append(rules, landlock.RWFiles(m.Source))
+			rules = append(rules, landlock.RWFiles(p))
 		default:
-			rules = append(rules, landlock.ROFiles(m.Source))
+			rules = append(rules, landlock.ROFiles(p))
 		}
 	}
 	if err := cfg.Restrict(rules...); err != nil {

@@ -314,8 +314,7 @@ func mountTree(spec *sandbox.Spec) error {
 		return bindMount(host(ws.Source), dst, true)
 	}})
 	for _, m := range spec.Mounts {
-		m := m
-		mounts = append(mounts, treeMount{target: m.Source, mount: func(dst string) error {
+		mounts = append(mounts, treeMount{target: m.Path(), mount: func(dst string) error {
 			return bindMount(host(m.Source), dst, m.Writable)
 		}})
 	}
