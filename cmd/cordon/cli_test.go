@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,4 +194,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestWorkspaceInsideRepository: started in a subdirectory of a git repository, cordon takes that
+// directory as the workspace (no more is exposed than asked) and says, in one line, that git inside
+// will find no repository and how to include it; started at the root, or with --workspace, it says
+// nothing.
+func TestWorkspaceInsideRepository(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		sub := filepath.Join(h.ws, "sub")
+		h.writeFile(filepath.Join(h.ws, ".git", "HEAD"), "ref: refs/heads/main\n", 0o644)
+		h.writeFile(filepath.Join(sub, "f.txt"), "x", 0o644)
+		h.chownAll(h.ws)
+		pol := h.policy("")
+		cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "pwd; ls -A ..")
+		cmd.Dir = sub
+		r := run(t, cmd, "")
+		want := "cordon: the workspace is " + sub + ", inside the git repository " + h.ws + ", which it does not include (git inside finds no repository); to include it: --workspace " + h.ws
+		if r.code != 0 || !strings.Contains(r.stderr, want) || strings.Contains(r.stdout, ".git") {
+			t.Fatalf("from a subdirectory: want the workspace to be it, and the line %q:\n%s", want, r)
+		}
+		for _, args := range [][]string{
+			{"run", "--policy", pol, "--", "true"},
+			{"run", "--policy", pol, "--workspace", sub, "--", "true"},
+		} {
+			cmd := h.command(nil, cordonBin, args...)
+			if slices.Contains(args, "--workspace") {
+				cmd.Dir = sub
+			}
+			if r := run(t, cmd, ""); r.code != 0 || strings.Contains(r.stderr, "git repository") {
+				t.Errorf("%v: said something about the repository:\n%s", args, r)
+			}
+		}
+	})
 }

@@ -55,6 +55,11 @@ func (a *app) cmdRun(args []string) int {
 		a.errorf("run: %v", err)
 		return exitCordon
 	}
+	if *wsFlag == "" {
+		if root := a.enclosingRepo(project); root != "" {
+			fmt.Fprintf(a.stderr, "cordon: the workspace is %s, inside the git repository %s, which it does not include (git inside finds no repository); to include it: --workspace %s\n", project, root, root)
+		}
+	}
 	pol, err := a.loadPolicy(*policyFlag, project)
 	if err != nil {
 		a.errorf("%v", err)
@@ -316,6 +321,29 @@ func (a *app) resolveWorkspace(dir string) (string, error) {
 		}
 	}
 	return real, nil
+}
+
+// enclosingRepo returns the root of a git work tree that project lies strictly inside (a directory
+// above it holding .git), or "": the workspace is the directory cordon was started in, and an agent
+// started in a subdirectory would otherwise find git failing with no word why. Directories that could
+// not be a workspace (the caller's home and above, system directories) are not looked at.
+func (a *app) enclosingRepo(project string) string {
+	if _, err := os.Lstat(filepath.Join(project, ".git")); err == nil {
+		return ""
+	}
+	home := a.getenv("HOME")
+	if h, err := filepath.EvalSymlinks(home); err == nil {
+		home = h
+	}
+	for dir := filepath.Dir(project); dir != "/" && dir != "." && (home == "" || !within(home, dir)); dir = filepath.Dir(dir) {
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+			if _, err := a.resolveWorkspace(dir); err != nil {
+				return "" // a system directory: not one to suggest
+			}
+			return dir
+		}
+	}
+	return ""
 }
 
 // within reports whether p is dir or lies below it (both cleaned, absolute).
