@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/creds/githubapp"
 	"github.com/cordon-sandbox/cordon/internal/creds/scan"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
 // revokeTimeout bounds the revocation of minted tokens at the end of a run; a token that could not be
@@ -132,6 +133,21 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 			a.warn(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
 		}
 	}
+	// A file git keeps as it is (its content in .git, readable there by `git show`) is not masked:
+	// hiding it protects nothing, and an agent committing would commit it emptied.
+	tracked := workspace.TrackedUnchanged(project, scan.Paths(findings))
+	if len(tracked) > 0 {
+		var kept []scan.Finding
+		findings = slices.DeleteFunc(findings, func(f scan.Finding) bool {
+			if tracked[f.Path] {
+				kept = append(kept, f)
+			}
+			return tracked[f.Path]
+		})
+		paths := scan.Paths(kept)
+		fmt.Fprintf(a.stderr, "cordon: not masked: %d secret-shaped %s that git keeps unchanged (.git holds %s content, readable there anyway): %s; if a secret is real, rotate it\n",
+			len(paths), plural(len(paths), "file", "files"), plural(len(paths), "its", "their"), strings.Join(paths[:min(3, len(paths))], ", ")+more(len(paths), 3))
+	}
 	paths := scan.Paths(findings)
 	if len(paths) == 0 {
 		return nil, nil
@@ -144,6 +160,21 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 		}
 	}
 	return masks, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// more is " and N more" when n items were named only up to shown.
+func more(n, shown int) string {
+	if n > shown {
+		return fmt.Sprintf(" and %d more", n-shown)
+	}
+	return ""
 }
 
 // scanCachePath is where the secret scan's cache for project lives: in cordon's state, one file per

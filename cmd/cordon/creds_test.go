@@ -567,3 +567,36 @@ env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'`, port)
 		}
 	})
 }
+
+// TestSecretsTrackedByGit: a secret-shaped file git keeps unchanged (a test fixture with a fake key,
+// or a real key committed long ago) is not masked, since .git holds the same content for anyone
+// to read, and masking it made an agent's `git commit -a` commit it emptied; the user is told. The
+// same file changed since, or an untracked one, is masked as before.
+func TestSecretsTrackedByGit(t *testing.T) {
+	requireTool(t, "git")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		token := "ghp_" + strings.Repeat("Q7w8E9r0", 4) + "Tt5U"
+		h.writeFile(filepath.Join(h.ws, "testdata", "fixture.env"), "GITHUB_TOKEN="+token+"\n", 0o644)
+		h.writeFile(filepath.Join(h.ws, "README"), "hi\n", 0o644)
+		git := exec.Command("sh", "-c", "git init -q && git -c safe.directory='*' add -A && git -c safe.directory='*' -c user.name=t -c user.email=t@t commit -qm init")
+		git.Dir = h.ws
+		if out, err := git.CombinedOutput(); err != nil {
+			t.Fatalf("git: %v\n%s", err, out)
+		}
+		h.chownAll(h.ws)
+		h.writeFile(filepath.Join(h.ws, "local.env"), "GITHUB_TOKEN="+token+"\n", 0o644)
+		r := h.sandboxed("", "cat testdata/fixture.env; cat local.env; git -c safe.directory='*' status --short")
+		if !strings.Contains(r.stdout, "GITHUB_TOKEN="+token) || strings.Count(r.stdout, token) != 1 {
+			t.Fatalf("want the tracked fixture readable and the untracked local.env masked:\n%s", r)
+		}
+		if strings.Contains(r.stdout, " M testdata/fixture.env") || !strings.Contains(r.stderr, "not masked: 1 secret-shaped file that git keeps unchanged") ||
+			!strings.Contains(r.stderr, "testdata/fixture.env") || !strings.Contains(r.stderr, "masked 1 secret-shaped file from the agent: local.env") {
+			t.Fatalf("want git to see no change and one line for each decision:\n%s", r)
+		}
+		// Changed since the last commit: the new content may be a new secret, so it is masked.
+		h.writeFile(filepath.Join(h.ws, "testdata", "fixture.env"), "GITHUB_TOKEN="+token+"\nMORE=1\n", 0o644)
+		if r := h.sandboxed("", "cat testdata/fixture.env; echo RAN"); strings.Contains(r.stdout, token) || !strings.Contains(r.stdout, "RAN") {
+			t.Fatalf("a changed tracked file was not masked:\n%s", r)
+		}
+	})
+}

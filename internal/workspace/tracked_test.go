@@ -1,0 +1,74 @@
+package workspace
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestTrackedUnchanged: a file is reported only when its content is what the index holds for it; a
+// changed, untracked, symlinked or missing file is not, and an unreadable index reports nothing.
+func TestTrackedUnchanged(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("init", "-q")
+	write("fixtures/keys.txt", "AKIAEXAMPLEEXAMPLE12\n")
+	write("changed.env", "TOKEN=one\n")
+	write("exec.sh", "#!/bin/sh\n")
+	os.Chmod(filepath.Join(dir, "exec.sh"), 0o755)
+	if err := os.Symlink("fixtures/keys.txt", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "-A")
+	git("commit", "-qm", "fixtures")
+	write("changed.env", "TOKEN=two\n")
+	write("untracked.env", "TOKEN=three\n")
+
+	paths := []string{"fixtures/keys.txt", "exec.sh", "changed.env", "untracked.env", "link", "missing"}
+	got := TrackedUnchanged(dir, paths)
+	want := map[string]bool{"fixtures/keys.txt": true, "exec.sh": true}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for p := range want {
+		if !got[p] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+
+	// A linked work tree's .git is a file naming the git directory.
+	wt := filepath.Join(t.TempDir(), "wt")
+	git("worktree", "add", "-q", wt)
+	if got := TrackedUnchanged(wt, []string{"fixtures/keys.txt"}); !got["fixtures/keys.txt"] {
+		t.Fatalf("linked work tree: %v", got)
+	}
+
+	// The index is the project's to corrupt: nothing is reported, nothing panics.
+	for _, junk := range []string{"", "DIRC", "DIRC\x00\x00\x00\x02\xff\xff\xff\xff", "not an index at all"} {
+		if err := os.WriteFile(filepath.Join(dir, ".git", "index"), []byte(junk), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := TrackedUnchanged(dir, paths); len(got) != 0 {
+			t.Fatalf("a corrupt index (%q) reported %v", junk, got)
+		}
+	}
+}
