@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/creds/githubapp"
 	"github.com/cordon-sandbox/cordon/internal/creds/scan"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
@@ -202,6 +203,51 @@ func writeCache(path string, c *scan.Cache) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// homeCredentials are where common tools keep long-lived credentials, under the caller's home, with
+// what each is and the way to give the agent its use without the file.
+var homeCredentials = []struct{ rel, what, instead string }{
+	{".claude/.credentials.json", "Claude Code's login token", "a CLAUDE_CODE_OAUTH_TOKEN credential"},
+	{".aws/credentials", "AWS keys", "an aws credential"},
+	{".aws/sso/cache", "AWS SSO tokens", "an aws credential"},
+	{".config/gh/hosts.yml", "the GitHub CLI's token", "a githubApp or env credential for GH_TOKEN"},
+	{".git-credentials", "git's stored passwords", "a credential with scheme: basic"},
+	{".netrc", "machine passwords", "a credential for the host"},
+	{".npmrc", "npm registry tokens", "a credential for the registry"},
+	{".pypirc", "PyPI passwords", "a credential for the index"},
+	{".docker/config.json", "Docker registry logins", "a credential for the registry"},
+	{".kube/config", "Kubernetes credentials", "a credential for the API server"},
+	{".config/gcloud", "Google Cloud credentials", "a credential for the API"},
+	{".azure", "Azure CLI tokens", "a credential for the API"},
+	{".ssh", "SSH keys", "an allowed git host over HTTPS with a credential"},
+	{".gnupg", "GnuPG private keys", "nothing: keep signing outside"},
+}
+
+// warnCredentialMounts warns when a filesystem.readonly or readwrite path exposes a file where a tool
+// keeps a long-lived credential (the path itself or something inside it): the agent can read it, which
+// the credentials section exists to avoid. Only those well-known places are looked at (an lstat each),
+// so a mount of a large tree costs nothing at start.
+func (a *app) warnCredentialMounts(mounts []sandbox.Mount) {
+	home := a.getenv("HOME")
+	if h, err := filepath.EvalSymlinks(home); err == nil {
+		home = h
+	}
+	if home == "" {
+		return
+	}
+	for _, c := range homeCredentials {
+		p := filepath.Join(home, c.rel)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		for _, m := range mounts {
+			if m.Target == "" && within(p, m.Source) {
+				a.warn(fmt.Sprintf("filesystem: %s exposes %s (%s) to the agent; give it %s instead", m.Source, p, c.what, c.instead))
+				break
+			}
+		}
+	}
 }
 
 // warnSecretValues warns about secret-shaped values that the policy passes into the sandbox's

@@ -600,3 +600,24 @@ func TestSecretsTrackedByGit(t *testing.T) {
 		}
 	})
 }
+
+// TestCredentialMountWarned: mounting a directory where a tool keeps a long-lived credential (Claude
+// Code's login under ~/.claude, say) is allowed, as the policy asks, with a warning naming the file
+// and the safe way; mounting something else says nothing.
+func TestCredentialMountWarned(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		h.writeFile(filepath.Join(h.home, ".claude", ".credentials.json"), `{"claudeAiOauth":{"accessToken":"sk-ant-oat01-x"}}`, 0o600)
+		h.writeFile(filepath.Join(h.home, ".claude", "settings.json"), `{}`, 0o644)
+		h.writeFile(filepath.Join(h.home, ".tool", "x"), "x", 0o644)
+		h.chownAll(h.home)
+		r := h.sandboxed("filesystem:\n  readonly: [~/.claude]\n", "true")
+		want := "cordon: warning: filesystem: " + filepath.Join(h.home, ".claude") + " exposes " + filepath.Join(h.home, ".claude", ".credentials.json") +
+			" (Claude Code's login token) to the agent; give it a CLAUDE_CODE_OAUTH_TOKEN credential instead"
+		if r.code != 0 || !strings.Contains(r.stderr, want) {
+			t.Fatalf("want the warning %q:\n%s", want, r)
+		}
+		if r := h.sandboxed("filesystem:\n  readonly: [~/.tool]\n", "true"); strings.Contains(r.stderr, "exposes") {
+			t.Fatalf("a mount with no credential in it was warned about:\n%s", r)
+		}
+	})
+}

@@ -440,6 +440,7 @@ func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *
 	if err := a.checkMounts(spec.Mounts, project); err != nil {
 		return nil, err
 	}
+	a.warnCredentialMounts(spec.Mounts)
 	if spec.Masks, err = denyMasks(project, pol.Filesystem.Deny); err != nil {
 		return nil, err
 	}
