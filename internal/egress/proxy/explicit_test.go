@@ -26,13 +26,7 @@ func TestExplicitAllowed(t *testing.T) {
 		h.pol.allow("api.test", p, loopback)
 	}
 	proxyURL := "http://" + h.proxy
-	tests := []struct {
-		name   string
-		port   uint16
-		run    func(t *testing.T) (string, error)
-		want   string
-		detail map[string]string
-	}{
+	runAllowed(t, h, []allowedCase{
 		{
 			name: "Go net/http https (CONNECT)", port: tlsUp.port,
 			run: func(t *testing.T) (string, error) {
@@ -86,25 +80,7 @@ func TestExplicitAllowed(t *testing.T) {
 			},
 			want: "\x00\x01ping", detail: map[string]string{"proto": "tcp"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			from := h.rec.count()
-			out, err := tt.run(t)
-			if err != nil || !strings.Contains(out, tt.want) {
-				t.Fatalf("got %q, %v; want %q", out, err, tt.want)
-			}
-			e := h.rec.waitFor(t, from, "allowing api.test", isAllow("api.test", tt.port))
-			for k, v := range tt.detail {
-				if e.Detail[k] != v {
-					t.Errorf("detail %s = %q, want %q (all: %v)", k, e.Detail[k], v, e.Detail)
-				}
-			}
-			if e.BytesIn == 0 || e.BytesOut == 0 || strings.Contains(fmt.Sprint(e), "secret") {
-				t.Errorf("bad event %+v", e)
-			}
-		})
-	}
+	})
 }
 
 // TestExplicitManyHostsOneClient checks that a client keeping its proxy connection alive still has

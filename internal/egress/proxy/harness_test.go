@@ -559,3 +559,40 @@ func echConfigList(t testing.TB, publicName string) []byte {
 	cfg = append(cfg, body...)
 	return append(binary.BigEndian.AppendUint16(nil, uint16(len(cfg))), cfg...)
 }
+
+// allowedCase is a client reaching api.test through the gateway: what it runs, the answer it must
+// get, and the details its audit event must hold.
+type allowedCase struct {
+	name   string
+	port   uint16
+	run    func(t *testing.T) (string, error)
+	want   string
+	detail map[string]string
+}
+
+// runAllowed runs each case and checks its answer and its one allowing event: the details asked
+// for, bytes both ways, a duration and a rule, and no trace of the request's query (which carries
+// "secret" in these tests).
+func runAllowed(t *testing.T, h *harness, cases []allowedCase) {
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			from := h.rec.count()
+			out, err := tt.run(t)
+			if err != nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("got %q, %v; want %q", out, err, tt.want)
+			}
+			e := h.rec.waitFor(t, from, "allowing api.test", isAllow("api.test", tt.port))
+			for k, v := range tt.detail {
+				if e.Detail[k] != v {
+					t.Errorf("detail %s = %q, want %q (all: %v)", k, e.Detail[k], v, e.Detail)
+				}
+			}
+			if e.BytesIn == 0 || e.BytesOut == 0 || e.Duration <= 0 || e.Rule == "" {
+				t.Errorf("event lacks bytes, duration or rule: %+v", e)
+			}
+			if strings.Contains(fmt.Sprint(e), "secret") {
+				t.Errorf("event leaks the query string: %+v", e)
+			}
+		})
+	}
+}

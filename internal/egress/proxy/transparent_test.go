@@ -59,13 +59,7 @@ func TestTransparentAllowed(t *testing.T) {
 	for _, p := range []uint16{tlsUp.port, plainUp.port, echoUp.port} {
 		h.pol.allow("api.test", p, loopback)
 	}
-	tests := []struct {
-		name   string
-		port   uint16
-		run    func(t *testing.T) (string, error)
-		want   string
-		detail map[string]string
-	}{
+	runAllowed(t, h, []allowedCase{
 		{
 			name: "Go net/http over TLS", port: tlsUp.port,
 			run: func(t *testing.T) (string, error) {
@@ -120,28 +114,7 @@ func TestTransparentAllowed(t *testing.T) {
 			},
 			want: "ping\x00binary\n", detail: map[string]string{"proto": "tcp", "upstream": fmt.Sprintf("127.0.0.1:%d", echoUp.port)},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			from := h.rec.count()
-			out, err := tt.run(t)
-			if err != nil || !strings.Contains(out, tt.want) {
-				t.Fatalf("got %q, %v; want %q", out, err, tt.want)
-			}
-			e := h.rec.waitFor(t, from, "allowing api.test", isAllow("api.test", tt.port))
-			for k, v := range tt.detail {
-				if e.Detail[k] != v {
-					t.Errorf("detail %s = %q, want %q (all: %v)", k, e.Detail[k], v, e.Detail)
-				}
-			}
-			if e.BytesIn == 0 || e.BytesOut == 0 || e.Duration <= 0 || e.Rule == "" {
-				t.Errorf("event lacks bytes, duration or rule: %+v", e)
-			}
-			if strings.Contains(fmt.Sprint(e), "secret") {
-				t.Errorf("event leaks the query string: %+v", e)
-			}
-		})
-	}
+	})
 }
 
 // attack is one way through the gateway that must fail, with the allowed variant that must succeed
