@@ -212,15 +212,25 @@ func TestRefresh(t *testing.T) {
 }
 
 // slowMint delays token creation until release is closed, counting the mints that reach the fake.
-func slowMint(app *fakegithub.App, release <-chan struct{}, mints *atomic.Int32) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func slowMint(app *fakegithub.App, release <-chan struct{}, mints *atomic.Int32) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			mints.Add(1)
 			<-release
 		}
 		app.Handler().ServeHTTP(w, r)
-	}))
-	return srv
+	}
+}
+
+// sourceVia returns a Source for app whose requests go to handler instead (a fault or a delay in
+// front of the fake, or a server of the test's own), served over plain HTTP.
+func sourceVia(t testing.TB, app *fakegithub.App, clk *fakegithub.Clock, handler http.HandlerFunc) *githubapp.Source {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	cfg := config(app, clk)
+	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
+	return newSource(t, cfg)
 }
 
 func TestConcurrentCallsMintOnce(t *testing.T) {
@@ -228,11 +238,7 @@ func TestConcurrentCallsMintOnce(t *testing.T) {
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	release := make(chan struct{})
 	var mints atomic.Int32
-	srv := slowMint(app, release, &mints)
-	t.Cleanup(srv.Close)
-	cfg := config(app, clk)
-	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
-	src := newSource(t, cfg)
+	src := sourceVia(t, app, clk, slowMint(app, release, &mints))
 
 	const callers = 16
 	results := make(chan string, callers)
@@ -274,11 +280,7 @@ func TestWaitingCallerCancelled(t *testing.T) {
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	release := make(chan struct{})
 	var mints atomic.Int32
-	srv := slowMint(app, release, &mints)
-	t.Cleanup(srv.Close)
-	cfg := config(app, clk)
-	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
-	src := newSource(t, cfg)
+	src := sourceVia(t, app, clk, slowMint(app, release, &mints))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -360,18 +362,14 @@ func TestRevokeRetried(t *testing.T) {
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	var failOnce atomic.Bool
 	failOnce.Store(true)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	src := sourceVia(t, app, clk, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete && failOnce.CompareAndSwap(true, false) {
 			w.WriteHeader(http.StatusBadGateway)
 			w.Write([]byte(`{"message":"Server Error"}`))
 			return
 		}
 		app.Handler().ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	cfg := config(app, clk)
-	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
-	src := newSource(t, cfg)
+	})
 	ctx := context.Background()
 	tok, err := src.Token(ctx)
 	if err != nil {
@@ -693,11 +691,7 @@ func TestRevokeDuringMint(t *testing.T) {
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	release := make(chan struct{})
 	var mints atomic.Int32
-	srv := slowMint(app, release, &mints)
-	t.Cleanup(srv.Close)
-	cfg := config(app, clk)
-	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
-	src := newSource(t, cfg)
+	src := sourceVia(t, app, clk, slowMint(app, release, &mints))
 
 	go src.Token(context.Background()) //nolint:errcheck // the token is checked on the fake
 	for mints.Load() == 0 {
@@ -726,7 +720,7 @@ func TestRefreshFailure(t *testing.T) {
 	app := newApp(t, fakegithub.Options{Now: clk.Now})
 	var failing atomic.Bool
 	var attempts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	src := sourceVia(t, app, clk, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			attempts.Add(1)
 			if failing.Load() {
@@ -736,11 +730,7 @@ func TestRefreshFailure(t *testing.T) {
 			}
 		}
 		app.Handler().ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	cfg := config(app, clk)
-	cfg.BaseURL, cfg.HTTPClient = srv.URL, nil
-	src := newSource(t, cfg)
+	})
 	ctx := context.Background()
 	first, err := src.Token(ctx)
 	if err != nil {
