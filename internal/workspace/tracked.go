@@ -15,7 +15,11 @@ import (
 )
 
 // maxIndex bounds the git index read: a larger one is not read (nothing is reported tracked).
-const maxIndex = 256 << 20
+// maxHashed bounds a file hashed to compare with it: a larger one counts as not tracked.
+const (
+	maxIndex  = 256 << 20
+	maxHashed = 64 << 20
+)
 
 // TrackedUnchanged reports which of paths (relative to project, slash-separated) are regular files
 // whose content is, byte for byte, what the project's git index holds for them: content that .git
@@ -70,7 +74,9 @@ func readIndex(project string) (entries map[string]plumbing.Hash, err error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory", gitDir)
 	}
-	f, err := os.Open(filepath.Join(gitDir, "index"))
+	// Non-blocking and not through a symlink: gitdir may name anything, a FIFO included, and a
+	// start must not hang on it.
+	f, err := os.OpenFile(filepath.Join(gitDir, "index"), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -101,14 +107,14 @@ func readIndex(project string) (entries map[string]plumbing.Hash, err error) {
 
 // blobHash is the git object id of the regular file at path as a blob.
 func blobHash(path string) (plumbing.Hash, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return plumbing.ZeroHash, fmt.Errorf("%s: not a regular file", path)
+	if err != nil || !st.Mode().IsRegular() || st.Size() > maxHashed {
+		return plumbing.ZeroHash, fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxHashed)
 	}
 	h := plumbing.NewHasher(plumbing.BlobObject, st.Size())
 	if _, err := io.Copy(h, io.LimitReader(f, st.Size())); err != nil {

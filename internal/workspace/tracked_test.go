@@ -4,7 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestTrackedUnchanged: a file is reported only when its content is what the index holds for it; a
@@ -60,6 +62,26 @@ func TestTrackedUnchanged(t *testing.T) {
 	git("worktree", "add", "-q", wt)
 	if got := TrackedUnchanged(wt, []string{"fixtures/keys.txt"}); !got["fixtures/keys.txt"] {
 		t.Fatalf("linked work tree: %v", got)
+	}
+
+	// A .git file may name any directory: one whose index is a FIFO must not hang the start.
+	fifoDir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, "index"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, ".git"), []byte("gitdir: "+fifoDir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan map[string]bool, 1)
+	go func() { done <- TrackedUnchanged(other, []string{"a"}) }()
+	select {
+	case got := <-done:
+		if len(got) != 0 {
+			t.Fatalf("a FIFO index reported %v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("TrackedUnchanged hung on a FIFO named as the index")
 	}
 
 	// The index is the project's to corrupt: nothing is reported, nothing panics.
