@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -136,7 +138,7 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 	}
 	// A file git keeps as it is (its content in .git, readable there by `git show`) is not masked:
 	// hiding it protects nothing, and an agent committing would commit it emptied.
-	tracked := workspace.TrackedUnchanged(project, scan.Paths(findings))
+	tracked := a.trackedUnchanged(project, scan.Paths(findings), cachePath+".tracked")
 	if len(tracked) > 0 {
 		var kept []scan.Finding
 		findings = slices.DeleteFunc(findings, func(f scan.Finding) bool {
@@ -163,6 +165,26 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 	return masks, nil
 }
 
+// trackedUnchanged is workspace.TrackedUnchanged with its memo kept in cordon's state beside the
+// scan's cache, so that a start finding the repository as it was does not decode its index again.
+func (a *app) trackedUnchanged(project string, paths []string, memoPath string) map[string]bool {
+	if len(paths) == 0 {
+		return nil
+	}
+	var memo workspace.TrackedMemo
+	old, err := os.ReadFile(memoPath)
+	if err == nil && json.Unmarshal(old, &memo) != nil {
+		memo = workspace.TrackedMemo{}
+	}
+	tracked := workspace.TrackedUnchanged(project, paths, &memo)
+	if b, err := json.Marshal(memo); err == nil && !bytes.Equal(b, old) {
+		if err := writeFileAtomic(memoPath, b); err != nil {
+			a.warn(fmt.Sprintf("secret scan cache: %v", err))
+		}
+	}
+	return tracked
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -187,6 +209,16 @@ func (a *app) scanCachePath(project string) string {
 
 // writeCache replaces the cache file atomically, so a crash leaves the old cache or the new one.
 func writeCache(path string, c *scan.Cache) error {
+	var b bytes.Buffer
+	if _, err := c.WriteTo(&b); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, b.Bytes())
+}
+
+// writeFileAtomic replaces the file at path (in a directory only cordon's user can enter) with b, so
+// that a crash leaves the old content or the new.
+func writeFileAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -195,7 +227,7 @@ func writeCache(path string, c *scan.Cache) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if _, err := c.WriteTo(f); err != nil {
+	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return err
 	}

@@ -46,7 +46,7 @@ func TestTrackedUnchanged(t *testing.T) {
 	write("untracked.env", "TOKEN=three\n")
 
 	paths := []string{"fixtures/keys.txt", "exec.sh", "changed.env", "untracked.env", "link", "missing"}
-	got := TrackedUnchanged(dir, paths)
+	got := TrackedUnchanged(dir, paths, nil)
 	want := map[string]bool{"fixtures/keys.txt": true, "exec.sh": true}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -57,10 +57,34 @@ func TestTrackedUnchanged(t *testing.T) {
 		}
 	}
 
+	// With a memo: the verdicts are kept, and reused while index and file are as they were (a
+	// forged verdict is believed, which shows the index was not decoded again), until either changes.
+	memo := &TrackedMemo{racy: -time.Hour}
+	if got := TrackedUnchanged(dir, paths, memo); !got["fixtures/keys.txt"] || !memo.Files["fixtures/keys.txt"].Tracked {
+		t.Fatalf("with a memo: %v, memo %+v", got, memo)
+	}
+	forged := *memo
+	forged.Files = map[string]TrackedVerdict{}
+	for p, v := range memo.Files {
+		v.Tracked = !v.Tracked
+		forged.Files[p] = v
+	}
+	if got := TrackedUnchanged(dir, paths, &forged); got["fixtures/keys.txt"] || !got["changed.env"] {
+		t.Fatalf("the memo was not used: %v", got)
+	}
+	write("fixtures/keys.txt", "AKIAEXAMPLEEXAMPLE12\nchanged\n")
+	if got := TrackedUnchanged(dir, paths, &forged); got["fixtures/keys.txt"] || got["changed.env"] != true {
+		t.Fatalf("a changed file's verdict was reused or another's dropped: %v", got)
+	}
+	git("add", "fixtures/keys.txt") // the index changes: no verdict is reused
+	if got := TrackedUnchanged(dir, paths, &forged); !got["fixtures/keys.txt"] || got["changed.env"] {
+		t.Fatalf("after the index changed: %v", got)
+	}
+
 	// A linked work tree's .git is a file naming the git directory.
 	wt := filepath.Join(t.TempDir(), "wt")
 	git("worktree", "add", "-q", wt)
-	if got := TrackedUnchanged(wt, []string{"fixtures/keys.txt"}); !got["fixtures/keys.txt"] {
+	if got := TrackedUnchanged(wt, []string{"fixtures/keys.txt"}, nil); !got["fixtures/keys.txt"] {
 		t.Fatalf("linked work tree: %v", got)
 	}
 
@@ -74,7 +98,7 @@ func TestTrackedUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan map[string]bool, 1)
-	go func() { done <- TrackedUnchanged(other, []string{"a"}) }()
+	go func() { done <- TrackedUnchanged(other, []string{"a"}, nil) }()
 	select {
 	case got := <-done:
 		if len(got) != 0 {
@@ -89,7 +113,7 @@ func TestTrackedUnchanged(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, ".git", "index"), []byte(junk), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got := TrackedUnchanged(dir, paths); len(got) != 0 {
+		if got := TrackedUnchanged(dir, paths, nil); len(got) != 0 {
 			t.Fatalf("a corrupt index (%q) reported %v", junk, got)
 		}
 	}
