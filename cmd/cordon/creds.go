@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/credfiles"
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
 	"github.com/cordon-sandbox/cordon/internal/creds/githubapp"
@@ -237,25 +238,6 @@ func writeFileAtomic(path string, b []byte) error {
 	return os.Rename(f.Name(), path)
 }
 
-// homeCredentials are where common tools keep long-lived credentials, under the caller's home, with
-// what each is and the way to give the agent its use without the file.
-var homeCredentials = []struct{ rel, what, instead string }{
-	{".claude/.credentials.json", "Claude Code's login token", "a CLAUDE_CODE_OAUTH_TOKEN credential"},
-	{".aws/credentials", "AWS keys", "an aws credential"},
-	{".aws/sso/cache", "AWS SSO tokens", "an aws credential"},
-	{".config/gh/hosts.yml", "the GitHub CLI's token", "a githubApp or env credential for GH_TOKEN"},
-	{".git-credentials", "git's stored passwords", "a credential with scheme: basic"},
-	{".netrc", "machine passwords", "a credential for the host"},
-	{".npmrc", "npm registry tokens", "a credential for the registry"},
-	{".pypirc", "PyPI passwords", "a credential for the index"},
-	{".docker/config.json", "Docker registry logins", "a credential for the registry"},
-	{".kube/config", "Kubernetes credentials", "a credential for the API server"},
-	{".config/gcloud", "Google Cloud credentials", "a credential for the API"},
-	{".azure", "Azure CLI tokens", "a credential for the API"},
-	{".ssh", "SSH keys", "an allowed git host over HTTPS with a credential"},
-	{".gnupg", "GnuPG private keys", "nothing: keep signing outside"},
-}
-
 // warnCredentialMounts warns when a filesystem.readonly or readwrite path exposes a file where a tool
 // keeps a long-lived credential (the path itself or something inside it): the agent can read it, which
 // the credentials section exists to avoid. Only those well-known places are looked at (an lstat each),
@@ -268,14 +250,14 @@ func (a *app) warnCredentialMounts(mounts []sandbox.Mount) {
 	if home == "" {
 		return
 	}
-	for _, c := range homeCredentials {
-		p := filepath.Join(home, c.rel)
+	for _, c := range credfiles.Home() {
+		p := filepath.Join(home, c.Rel)
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
 		for _, m := range mounts {
 			if m.Target == "" && within(p, m.Source) {
-				a.warn(fmt.Sprintf("filesystem: %s exposes %s (%s) to the agent; give it %s instead", m.Source, p, c.what, c.instead))
+				a.warn(fmt.Sprintf("filesystem: %s exposes %s (%s) to the agent; give it %s instead", m.Source, p, c.What, c.Instead))
 				break
 			}
 		}

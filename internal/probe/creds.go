@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/credfiles"
 )
 
 func credentialProbes() []Probe {
@@ -95,13 +97,6 @@ func isPID(s string) bool {
 	return true
 }
 
-// credentialFiles are files where tools keep long-lived secrets, relative to a home directory.
-var credentialFiles = []string{
-	".ssh/id_rsa", ".ssh/id_ed25519", ".ssh/id_ecdsa", ".aws/credentials", ".config/gh/hosts.yml",
-	".netrc", ".docker/config.json", ".git-credentials", ".kube/config", ".npmrc", ".pypirc",
-	".config/gcloud/application_default_credentials.json", ".azure/msal_token_cache.json",
-}
-
 func credFiles(_ context.Context, env *Env) Verdict {
 	homes := map[string]bool{}
 	if h, err := os.UserHomeDir(); err == nil {
@@ -113,8 +108,8 @@ func credFiles(_ context.Context, env *Env) Verdict {
 	homes["/root"] = true
 	var found []string
 	for h := range homes {
-		for _, f := range credentialFiles {
-			p := filepath.Join(h, f)
+		for _, f := range credfiles.Home() {
+			p := filepath.Join(h, f.Rel)
 			if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) > 0 {
 				found = append(found, p)
 			}
@@ -128,7 +123,7 @@ func credFiles(_ context.Context, env *Env) Verdict {
 	if len(found) > 0 {
 		return fail("readable: %s", strings.Join(found, ", "))
 	}
-	return pass("none of %d well-known credential files is readable", len(credentialFiles))
+	return pass("none of %d well-known credential files is readable", len(credfiles.Home()))
 }
 
 // agentSockets lists the places ssh and gpg agents listen.
