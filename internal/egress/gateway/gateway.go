@@ -108,11 +108,13 @@ func New(cfg Config) (*Gateway, error) {
 		notices.notify(fmt.Sprintf("tcp %s:%d", name, port), line)
 	}
 	refusedName := func(host, reason string) {
-		line := fmt.Sprintf("blocked the DNS name %s (%s)", host, reason)
-		if fix := matcher.Decide(host, 443).Fix; fix != "" {
-			line += " — to allow: " + fix
-		}
-		notices.notify(dnsKey(host), line)
+		notices.notifyf(dnsKey(host), func() string {
+			line := fmt.Sprintf("blocked the DNS name %s (%s)", host, reason)
+			if fix := matcher.Decide(host, 443).Fix; fix != "" {
+				line += " — to allow: " + fix
+			}
+			return line
+		})
 	}
 	for _, h := range cfg.InjectHosts {
 		if h[0] != '*' && !matcher.Known(h) {

@@ -27,7 +27,11 @@ func newNotifier(out func(string)) *notifier {
 
 // notify prints line unless key was seen or the run's lines are used up. A nil notifier prints
 // nothing.
-func (n *notifier) notify(key, line string) {
+func (n *notifier) notify(key, line string) { n.notifyf(key, func() string { return line }) }
+
+// notifyf is notify with the line made only when it is printed: a refusal seen before (a DNS
+// tunnel's thousandth name) costs a map lookup, not a policy match and a format.
+func (n *notifier) notifyf(key string, line func() string) {
 	if n == nil {
 		return
 	}
@@ -44,7 +48,7 @@ func (n *notifier) notify(key, line string) {
 		n.out("further refusals are not printed; cordon log --denied RUN lists them all")
 		return
 	}
-	n.out(line)
+	n.out(line())
 }
 
 // dnsKey groups a refused name with the other names under the same parent domain (the last two
