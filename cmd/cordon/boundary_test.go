@@ -449,6 +449,7 @@ func TestPolicyMounts(t *testing.T) {
 		h.writeFile(filepath.Join(ro, "tool.txt"), "TOOL-"+h.canary, 0o644)
 		h.writeFile(filepath.Join(rw, "old.txt"), "old", 0o644)
 		h.chownAll(h.base)
+		h.grantAgentWrite(rw) // as root, the agent writes as cordon's reserved uid, not as root
 		pol := fmt.Sprintf("filesystem:\n  readonly: [%q]\n  readwrite: [%q]\n", ro, rw)
 		script := fmt.Sprintf(`cat %[1]s/tool.txt; echo x > %[1]s/new 2>/dev/null && echo RO-WRITABLE; echo y > %[2]s/new && echo RW-OK; ls %[3]s`, ro, rw, h.base)
 		r := h.sandboxed(pol, script)

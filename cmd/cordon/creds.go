@@ -37,7 +37,7 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 	specs := make([]creds.Spec, 0, len(pol.Credentials))
 	for _, c := range pol.Credentials {
 		sp := creds.Spec{Name: c.Name, Inject: creds.Inject{
-			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body,
+			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body, Ranges: c.Inject.Ranges,
 		}}
 		switch f := c.From; {
 		case f.Env != "":

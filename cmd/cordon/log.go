@@ -18,9 +18,10 @@ import (
 // logUsage is cordon log's synopsis.
 const logUsage = "log [--denied] [--json] RUN"
 
-// cmdLog prints a run's audit log readably: one line per decision, details in a stable order.
-// --denied keeps the refusals (what a reviewer looks for first); --json prints the events as JSON
-// lines for tools.
+// cmdLog prints a run's audit log readably: one line per event, details in a stable order. An event
+// may stand for many decisions (repeats the log folded, with their count) and the log's own records
+// say what it suppressed at its size limit. --denied keeps the refusals (what a reviewer looks for
+// first) and those records; --json prints the events as JSON lines for tools.
 func (a *app) cmdLog(args []string) int {
 	fl := a.flags("log", logUsage)
 	denied := fl.Bool("denied", false, "only the refusals")
@@ -38,7 +39,7 @@ func (a *app) cmdLog(args []string) int {
 		return 0
 	}
 	if *denied {
-		events = slices.DeleteFunc(events, func(e audit.Event) bool { return e.Decision != "deny" })
+		events = slices.DeleteFunc(events, func(e audit.Event) bool { return e.Decision != "deny" && e.Kind != "audit" })
 	}
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -58,21 +59,40 @@ func (a *app) cmdLog(args []string) int {
 	return 0
 }
 
-// printEvents writes events as a table, each event's details sorted by key.
+// printEvents writes events as a table in the order they happened, each event's details sorted by
+// key. A folded event shows its count, the span of time it covers, and for names that differed the
+// group ("*.evil.test": the domain and the names under it; "*": any name) with a sample of the names.
 func (a *app) printEvents(events []audit.Event) {
+	events = slices.Clone(events)
+	slices.SortStableFunc(events, func(x, y audit.Event) int { return x.Time.Compare(y.Time) })
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tKIND\tDECISION\tNAME\tPORT\tRULE\tREASON\tOUT\tIN\tDETAIL")
+	fmt.Fprintln(tw, "TIME\tKIND\tDECISION\tCOUNT\tNAME\tPORT\tRULE\tREASON\tOUT\tIN\tDETAIL")
 	for _, e := range events {
 		port := ""
 		if e.Port != 0 {
 			port = fmt.Sprint(e.Port)
 		}
+		when := e.Time.Local().Format(time.TimeOnly)
+		if last := e.Last.Local().Format(time.TimeOnly); !e.Last.IsZero() && last != when {
+			when += "-" + last
+		}
+		name := e.Name
+		switch e.Group {
+		case "":
+		case "*":
+			name = "*"
+		default:
+			name = "*." + e.Group
+		}
 		var detail []string
+		if e.Group != "" {
+			detail = append(detail, "names="+strings.Join(e.Names, ",")+",…")
+		}
 		for _, k := range slices.Sorted(maps.Keys(e.Detail)) {
 			detail = append(detail, k+"="+e.Detail[k])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", e.Time.Local().Format(time.TimeOnly), e.Kind, e.Decision,
-			e.Name, port, e.Rule, e.Reason, e.BytesOut, e.BytesIn, strings.Join(detail, " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", when, e.Kind, e.Decision, e.Decisions(),
+			name, port, e.Rule, e.Reason, e.BytesOut, e.BytesIn, strings.Join(detail, " "))
 	}
 	tw.Flush()
 }

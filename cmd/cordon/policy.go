@@ -9,7 +9,8 @@ import (
 const policyUsage = "policy check [FILE]"
 
 // cmdPolicy validates a policy and prints the effective one (defaults and presets merged), so users
-// see exactly what is in force rather than what they think they wrote.
+// see exactly what is in force rather than what they think they wrote, followed by a note on each line
+// that lets more through than it may seem to (a wildcard is a DNS channel, see policy.Policy.Notes).
 func (a *app) cmdPolicy(args []string) int {
 	if len(args) == 0 || args[0] != "check" {
 		a.errorf("policy: expected a subcommand (usage: cordon %s)", policyUsage)
@@ -41,5 +42,9 @@ func (a *app) cmdPolicy(args []string) int {
 		return exitCordon
 	}
 	fmt.Fprintf(a.stdout, "# effective policy, from %s\n%s", pol.Source, out)
+	// Notes are YAML comments, so the output still parses as the policy it shows.
+	for _, n := range pol.Notes() {
+		fmt.Fprintf(a.stdout, "# note: %s\n", n)
+	}
 	return 0
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/console"
 	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
 	"github.com/cordon-sandbox/cordon/internal/egress/netns"
@@ -119,7 +120,7 @@ func (a *app) cmdRun(args []string) int {
 		// fails, the command does not start.
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: a.env},
-			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"),
+			Hostname: spec.Hostname, AuditPath: filepath.Join(run.Dir, "audit.jsonl"), AuditMaxBytes: auditMaxBytes(pol),
 			Notify: func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },
 		}
 		if credSet != nil {
@@ -378,8 +379,9 @@ func (a *app) loadPolicy(explicit, project string) (*policy.Policy, error) {
 	return pol, nil
 }
 
-// identity is who the command runs as inside: the caller's own uid (never root; root callers get an
-// unprivileged uid inside) with a private, empty home.
+// identity is who the command runs as inside: the caller's own uid (never root; root callers get uid
+// 1000 inside, which the backend maps to cordon's reserved host range, never to host root) with a
+// private, empty home.
 func (a *app) identity() sandbox.User {
 	u := sandbox.User{UID: a.uid, GID: os.Getgid(), Name: a.getenv("USER"), Home: a.getenv("HOME")}
 	if u.Name == "" {
@@ -399,9 +401,28 @@ func (a *app) identity() sandbox.User {
 	return u
 }
 
+// stateBudget shares limits.disk between the run's layers and its audit log, so that the run's state
+// as a whole stays under it; without the limit it still bounds the log.
+func stateBudget(pol *policy.Policy) (runstate.Budget, error) {
+	return runstate.NewBudget(int64(pol.Limits.Disk), audit.DefaultMaxBytes)
+}
+
+// auditMaxBytes is the audit log's cap: its share of the budget, which buildSpec has checked.
+func auditMaxBytes(pol *policy.Policy) int64 {
+	b, err := stateBudget(pol)
+	if err != nil {
+		return audit.DefaultMaxBytes
+	}
+	return b.AuditLog
+}
+
 // buildSpec turns the policy into the sandbox's declarative spec.
 func (a *app) buildSpec(pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User) (*sandbox.Spec, error) {
-	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: int64(pol.Limits.Disk), Lazy: true})
+	budget, err := stateBudget(pol)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := workspace.PrepareWith(run, project, workspace.PrepareOptions{DiskBytes: budget.Layers, Lazy: true})
 	if err != nil {
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}

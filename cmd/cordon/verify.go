@@ -90,6 +90,9 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 	coords.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
 	for _, c := range pol.Credentials {
 		coords.Placeholders = append(coords.Placeholders, probe.Named{Name: c.Name})
+		if in := injectedCoords(c, allowed); len(in.Hosts) > 0 {
+			coords.Injected = append(coords.Injected, in)
+		}
 	}
 	coordsJSON, err := json.Marshal(coords)
 	if err != nil {
@@ -193,6 +196,24 @@ func allowedEndpoints(pol *policy.Policy) ([]probe.Endpoint, []int) {
 		}
 	}
 	return eps, ports
+}
+
+// injectedCoords is a credential for the cleartext probe: its placeholder's variable, where its value
+// goes, and the allowed endpoints of the hosts it is bound to by name. AWS keys sign requests rather
+// than travel in them, and are left out.
+func injectedCoords(c policy.Credential, allowed []probe.Endpoint) probe.Injected {
+	in := probe.Injected{Name: c.Name, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body}
+	if c.From.AWS != nil {
+		return in
+	}
+	for _, h := range c.Inject.Hosts {
+		for _, ep := range allowed {
+			if ep.Host == h {
+				in.Hosts = append(in.Hosts, ep)
+			}
+		}
+	}
+	return in
 }
 
 // findRun is verify's own run, recognised by the nonce in its command.

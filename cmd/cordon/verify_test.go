@@ -60,6 +60,7 @@ var defaultMustPass = []string{
 	"cred.agent-sockets", "cred.keyring", "proc.host-visible", "proc.signal", "proc.ptrace", "proc.tiocsti",
 	"proc.abstract-unix", "proc.setuid", "proc.userns", "proc.io_uring", "proc.raw-socket",
 	"persist.git-hook", "persist.hooks-path", "persist.envrc", "persist.vscode-tasks",
+	"net.vsock", "proc.socket-families", "proc.netlink", "fs.inherited-streams",
 }
 
 // TestVerifyDefaultPolicy: cordon verify with the built-in policy finds no escape.
@@ -98,7 +99,7 @@ limits:
 `, port, freePort(t)))
 		r := h.cordon([]string{"CORDON_VERIFY_TOKEN=sk-ant-api03-" + h.canary}, "", "verify", "--json", "--policy", pol)
 		// res.memory may SKIP where touching memory is too slow to reach the limit in its time bound.
-		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files", "cred.placeholder")...)
+		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files", "cred.placeholder", "cred.cleartext")...)
 		if !strings.Contains(r.stdout, "UPSTREAM") && !strings.Contains(statuses(scorecard(t, r))["net.host-mismatch"].Evidence, "200") {
 			t.Errorf("net.host-mismatch never reached the allowed upstream, so it proved nothing:\n%s", r.stdout)
 		}

@@ -1,6 +1,8 @@
 // Package audit records every decision cordon's boundary takes (a DNS answer, a connection allowed or
 // denied, a credential used: never its value) as one JSON object per line in the run's directory, so
-// that a user can see afterwards what the agent reached and what it was refused.
+// that a user can see afterwards what the agent reached and what it was refused. The log is bounded
+// whatever the agent does: repeats of a decision fold into one event with a count (fold.go), and past
+// a byte cap the log only counts, ending with one record of what it suppressed.
 package audit
 
 import (
@@ -29,7 +31,24 @@ type Event struct {
 	BytesIn  int64 `json:"bytes_in,omitempty"`
 	// Duration is how long the connection lasted.
 	Duration time.Duration `json:"duration,omitempty"`
+
+	// The fields below are set on an event that stands for several decisions: repeats of one
+	// decision folded together so that an agent repeating a refused request cannot grow the log
+	// (see fold.go). Time and Detail are then the first folded decision's, the byte counts the sum.
+
+	// Count is how many decisions the event stands for; 0 means one.
+	Count int `json:"count,omitempty"`
+	// Last is when the last of them was taken.
+	Last time.Time `json:"last,omitzero"`
+	// Group is set when they named different hosts: the domain they were all under ("evil.test":
+	// it and the names below it), or "*" for any name the same rule decided. Name is then the
+	// first of them and Names a few more.
+	Group string   `json:"group,omitempty"`
+	Names []string `json:"names,omitempty"`
 }
+
+// Decisions is how many decisions e stands for: its Count, or one.
+func (e Event) Decisions() int { return max(e.Count, 1) }
 
 // Detail keys that the summary counts, set on "http" events by the credential hook. Values name
 // credentials and places, never values.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // FuzzDecode checks that no log content makes reading panic, that a failure still returns the events
@@ -27,6 +28,42 @@ func FuzzDecode(f *testing.F) {
 		back, err := decode(&buf, "g")
 		if err != nil || len(back) != len(events) {
 			t.Fatalf("re-read %d of %d events: %v", len(back), len(events), err)
+		}
+	})
+}
+
+// FuzzFold drives the folds and the cap with any sequence of events and clock steps, and checks that
+// no decision is lost: what the log's events stand for, plus what it suppressed, is every decision
+// recorded, and every line reads back.
+func FuzzFold(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 2, 200, 1, 1, 3, 0}, uint16(0))
+	f.Add(bytes.Repeat([]byte{0, 0, 7, 3}, 300), uint16(20))
+	f.Fuzz(func(t *testing.T, ops []byte, capKiB uint16) {
+		kinds := []string{"dns", "connect", "http"}
+		decisions := []string{"deny", "allow"}
+		names := []string{"a.evil.test", "b.evil.test", "x.y.evil.test", "evil.test", "", "z.other.test", "q.shop.co.uk", "pkg.test"}
+		clk := newClock()
+		var out syncBuffer
+		l := newLog(&out, int64(capKiB)<<10, 0, clk.now)
+		n := 0
+		for i := 0; i+3 < len(ops); i += 4 {
+			e := Event{Kind: kinds[int(ops[i])%len(kinds)], Decision: decisions[int(ops[i+1])%len(decisions)],
+				Name: names[int(ops[i+2])%len(names)], Port: uint16(ops[i+2] >> 4), Rule: "r", Time: clk.advance(time.Duration(ops[i+3]) * 10 * time.Millisecond)}
+			if ops[i+2]&8 != 0 {
+				e.Detail = map[string]string{"qtype": "TXT"}
+			}
+			l.Record(e)
+			n++
+			if ops[i+3] == 255 {
+				l.expire(false)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s := l.Summary()
+		if got := decisionsIn(out.events(t)) + s.Suppressed + s.Dropped; got != n {
+			t.Fatalf("written %d + suppressed %d + dropped %d != %d recorded", decisionsIn(out.events(t)), s.Suppressed, s.Dropped, n)
 		}
 	})
 }

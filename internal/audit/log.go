@@ -7,7 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +24,15 @@ const maxPending = 8 << 20
 // maxLine bounds one line when reading a log back, so a corrupt file cannot exhaust memory.
 const maxLine = 1 << 20
 
+// DefaultMaxBytes is the size a run's audit log may reach when nothing smaller is asked for: a few
+// hundred thousand events of a few hundred bytes (with repeats folded, days of a busy agent), and
+// no more disk than a run's state can spare.
+const DefaultMaxBytes = 64 << 20
+
+// reserve is the part of the byte cap kept for the log's own records: the note that it is full,
+// the count of what it suppressed and the count of what it dropped.
+const reserve = 4 << 10
+
 // Summary is the run's one-line account of its egress: decisions taken each way and bytes relayed.
 type Summary struct {
 	// Allowed and Denied count events by decision (DNS answers and connections alike).
@@ -29,6 +42,9 @@ type Summary struct {
 	// Dropped counts events that could not be written (the file was too slow or failing); the
 	// summary still includes them.
 	Dropped int
+	// Suppressed counts decisions not written because the log reached its byte cap; the summary
+	// still includes them.
+	Suppressed int
 	// Echoes counts answers that held a credential value sent to their host (replaced by its
 	// placeholder before the sandbox read them).
 	Echoes int
@@ -52,6 +68,9 @@ func (s Summary) String() string {
 	if s.Dropped > 0 {
 		out += fmt.Sprintf(" (%d events not logged)", s.Dropped)
 	}
+	if s.Suppressed > 0 {
+		out += fmt.Sprintf(" (%d events not logged: the audit log reached its size limit)", s.Suppressed)
+	}
 	return out
 }
 
@@ -69,26 +88,44 @@ func byteCount(n int64) string {
 }
 
 // Log is the run's audit log: a Recorder that appends one JSON object per line to a file only its
-// owner can read. Record only encodes and queues; a goroutine of the Log's own writes batches, so the
-// gateway's hot path never waits on the disk.
+// owner can read. Record only folds or encodes and queues; a goroutine of the Log's own writes
+// batches, so the gateway's hot path never waits on the disk. The log is bounded whatever the agent
+// does: repeated decisions fold into one event (fold.go), and past its byte cap the log writes
+// nothing more but counts, and ends with one record of what it suppressed.
 type Log struct {
 	w    io.Writer
 	file *os.File // nil for a Log over a plain writer (tests)
+	max  int64    // the byte cap
+	now  func() time.Time
 
-	mu      sync.Mutex
-	pending []byte
-	sum     Summary
-	closed  bool
-	err     error // the first write error
+	mu         sync.Mutex
+	pending    []byte
+	size       int64 // bytes in the file and queued for it
+	folds      folder
+	sum        Summary
+	suppressed map[string]int // by kind
+	capped     bool
+	closed     bool
+	err        error // the first write error
 
 	wake chan struct{} // capacity 1: "there is something to write"
 	stop chan struct{}
 	done chan struct{}
 }
 
-// NewLog creates (or appends to) the log at path with mode 0600. It refuses a symbolic link or
+// Options adjusts a Log.
+type Options struct {
+	// MaxBytes caps the log file, what it held before included; 0 means DefaultMaxBytes. A cap
+	// below 16 KiB is raised to it: the log's own records need room.
+	MaxBytes int64
+}
+
+// NewLog creates (or appends to) the log at path with mode 0600 and the default options.
+func NewLog(path string) (*Log, error) { return NewLogWith(path, Options{}) }
+
+// NewLogWith creates (or appends to) the log at path with mode 0600. It refuses a symbolic link or
 // anything but a regular file there, so the log cannot be pointed at another file.
-func NewLog(path string) (*Log, error) {
+func NewLogWith(path string, opts Options) (*Log, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
@@ -105,30 +142,59 @@ func NewLog(path string) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
-	l := newLog(f)
+	l := newLog(f, opts.MaxBytes, fi.Size(), time.Now)
 	l.file = f
 	return l, nil
 }
 
-func newLog(w io.Writer) *Log {
-	l := &Log{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// newLog starts a Log over w, which already holds size bytes, with the cap limit (0: the default) and
+// now as the clock that times the folds.
+func newLog(w io.Writer, limit, size int64, now func() time.Time) *Log {
+	if limit <= 0 {
+		limit = DefaultMaxBytes
+	}
+	l := &Log{w: w, max: max(limit, 4*reserve), size: size, now: now, folds: newFolder(), suppressed: map[string]int{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.writer()
 	return l
 }
 
-// Record implements Recorder. A zero Time is set to now. Record never waits for the disk; after Close,
-// or when maxPending is queued, the event is counted in the Summary but not written.
+// Record implements Recorder. A zero Time is set to now. Record never waits for the disk. Every
+// event is counted in the Summary; it is written unless it folds into another (fold.go), the log
+// has reached its cap, maxPending is queued, or the log is closed.
 func (l *Log) Record(e Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	encErr := enc.Encode(e) // cannot fail for Event's field types; counted as dropped if it ever does
-
+	l.mu.Lock()
+	l.countLocked(&e)
+	if l.closed {
+		l.sum.Dropped++
+		l.mu.Unlock()
+		return
+	}
+	if l.capped {
+		l.suppressLocked(e.Kind, 1)
+		l.mu.Unlock()
+		return
+	}
+	folded := l.folds.add(&e, l.now(), l.emitLocked)
+	l.mu.Unlock()
+	if folded {
+		return
+	}
+	line, err := encode(e) // outside the lock: the hot path's only real work
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed || err != nil { // err cannot happen for Event's field types; counted if it ever does
+		l.sum.Dropped++
+		return
+	}
+	l.queueLocked(line, e.Kind, 1)
+}
+
+// countLocked adds e to the Summary.
+func (l *Log) countLocked(e *Event) {
 	switch e.Decision {
 	case "allow":
 		l.sum.Allowed++
@@ -148,15 +214,80 @@ func (l *Log) Record(e Event) {
 	if e.Detail[DetailCredentialEchoed] != "" {
 		l.sum.Echoes++
 	}
-	if l.closed || encErr != nil || len(l.pending)+buf.Len() > maxPending {
-		l.sum.Dropped++
+}
+
+// emitLocked queues a fold's event: the repeats it counted are written (or suppressed) only now.
+func (l *Log) emitLocked(e Event) {
+	line, err := encode(e)
+	if err != nil {
+		l.sum.Dropped += e.Decisions()
 		return
 	}
-	l.pending = append(l.pending, buf.Bytes()...)
+	l.queueLocked(line, e.Kind, e.Decisions())
+}
+
+// queueLocked queues line, which stands for n decisions of kind, unless the cap or maxPending is
+// reached. The first line the cap refuses closes the log to events: a note says so at once (for
+// whoever reads the log while the run goes on), and Close adds the count.
+func (l *Log) queueLocked(line []byte, kind string, n int) {
+	if l.capped || l.size+int64(len(line)) > l.max-reserve {
+		l.suppressLocked(kind, n)
+		return
+	}
+	if len(l.pending)+len(line) > maxPending {
+		l.sum.Dropped += n
+		return
+	}
+	l.appendLocked(line)
+}
+
+// appendLocked queues line for the writer.
+func (l *Log) appendLocked(line []byte) {
+	l.pending = append(l.pending, line...)
+	l.size += int64(len(line))
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// suppressLocked counts n decisions of kind that the cap keeps out of the log.
+func (l *Log) suppressLocked(kind string, n int) {
+	l.sum.Suppressed += n
+	l.suppressed[kind] += n
+	if l.capped {
+		return
+	}
+	l.capped = true
+	note, err := encode(Event{Time: time.Now(), Kind: "audit",
+		Reason: fmt.Sprintf("the audit log reached its limit of %s: further events are counted, not written", byteCount(l.max))})
+	if err == nil {
+		l.appendLocked(note) // within the reserve
+	}
+}
+
+// suppressedRecord is the log's last line when the cap suppressed events: how many, by kind.
+func (l *Log) suppressedRecord() Event {
+	kinds := slices.Sorted(maps.Keys(l.suppressed))
+	detail := make(map[string]string, len(kinds))
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		detail[k] = strconv.Itoa(l.suppressed[k])
+		parts = append(parts, fmt.Sprintf("%s %d", k, l.suppressed[k]))
+	}
+	return Event{Time: time.Now(), Kind: "audit", Count: l.sum.Suppressed, Detail: detail,
+		Reason: fmt.Sprintf("%d events suppressed: the audit log reached its limit of %s (%s)", l.sum.Suppressed, byteCount(l.max), strings.Join(parts, ", "))}
+}
+
+// encode is e as one line of the log.
+func encode(e Event) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Summary returns the totals of every event recorded so far.
@@ -166,19 +297,31 @@ func (l *Log) Summary() Summary {
 	return l.sum
 }
 
-// writer writes queued events in batches until Close, then writes what is left.
+// writer writes queued events in batches until Close, then writes what is left. Once a window it
+// has the folds whose window is over written.
 func (l *Log) writer() {
 	defer close(l.done)
+	tick := time.NewTicker(foldWindow)
+	defer tick.Stop()
 	var spare []byte
 	for {
 		select {
 		case <-l.wake:
+		case <-tick.C:
+			l.expire(false)
 		case <-l.stop:
 			l.flush(spare)
 			return
 		}
 		spare = l.flush(spare)
 	}
+}
+
+// expire queues the folds whose window is over, or with all every fold that counted repeats.
+func (l *Log) expire(all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.folds.expire(l.now(), all, l.emitLocked)
 }
 
 // flush swaps the queue for the spare buffer and writes it outside the lock; it returns the written
@@ -205,8 +348,9 @@ func (l *Log) flush(spare []byte) []byte {
 	return batch[:0]
 }
 
-// Close writes every queued event, notes in the log how many were dropped, if any, and closes the
-// file. It returns the first write error. Events recorded afterwards are counted but not written.
+// Close writes the folds' counts and every queued event, notes in the log how many events the cap
+// suppressed and how many were dropped, if any, and closes the file. It returns the first write
+// error. Events recorded afterwards are counted but not written.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -214,17 +358,28 @@ func (l *Log) Close() error {
 		return errors.New("audit log already closed")
 	}
 	l.closed = true
+	l.folds.expire(l.now(), true, l.emitLocked)
 	l.mu.Unlock()
 	close(l.stop)
 	<-l.done
 
 	l.mu.Lock()
 	sum, err := l.sum, l.err
+	var notes []byte
+	if sum.Suppressed > 0 {
+		if line, eerr := encode(l.suppressedRecord()); eerr == nil {
+			notes = append(notes, line...)
+		}
+	}
 	l.mu.Unlock()
-	if sum.Dropped > 0 && err == nil {
-		note, _ := json.Marshal(Event{Time: time.Now(), Kind: "audit",
-			Reason: fmt.Sprintf("%d events were not logged (the log could not keep up)", sum.Dropped)})
-		if _, werr := l.w.Write(append(note, '\n')); werr != nil {
+	if sum.Dropped > 0 {
+		if line, eerr := encode(Event{Time: time.Now(), Kind: "audit", Count: sum.Dropped,
+			Reason: fmt.Sprintf("%d events were not logged (the log could not keep up)", sum.Dropped)}); eerr == nil {
+			notes = append(notes, line...)
+		}
+	}
+	if len(notes) > 0 && err == nil {
+		if _, werr := l.w.Write(notes); werr != nil {
 			err = fmt.Errorf("writing the audit log: %w", werr)
 		}
 	}

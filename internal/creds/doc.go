@@ -36,6 +36,13 @@
 // (decoded, replaced, encoded again; the form git uses over HTTPS); and, if
 // Inject.Body, the body up to MaxBodyBytes unless content-encoded.
 //
+// Only over TLS, and not in pieces: Modify injects only when r.URL.Scheme is
+// "https" (the interceptor's request to an upstream whose certificate it
+// verifies); a request that would carry a value in cleartext is refused
+// (DetailCleartext). So is one asking for part of an answer (Range,
+// If-Range) unless Inject.Ranges (DetailRange): an echo returned in pieces
+// would escape redaction.
+//
 // Any placeholder found anywhere else (another header or host, the URL,
 // decoded Basic credentials, a body that was read) is left as it is and
 // reported under DetailMisuse. Only requests the gateway intercepts reach

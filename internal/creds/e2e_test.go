@@ -89,6 +89,8 @@ func newGateway(t *testing.T, set *Set, gitRoot string) *gateway {
 		if err != nil {
 			name = r.Host
 		}
+		// As the interceptor does: the request goes upstream over verified TLS.
+		r.URL.Scheme, r.URL.Host = "https", r.Host
 		details, err := set.Modify(r, name)
 		g.mu.Lock()
 		g.details = append(g.details, details)

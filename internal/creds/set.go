@@ -40,6 +40,13 @@ const (
 	// DetailBodySkipped says a body that may hold a placeholder was too
 	// large (or encoded) to search, and went out unchanged.
 	DetailBodySkipped = "credential_body_skipped"
+	// DetailCleartext lists the credentials whose placeholder a request to
+	// their host carried where the value would go, on a request that would
+	// have gone out in cleartext: it was refused (values go only over TLS).
+	DetailCleartext = "credential_cleartext"
+	// DetailRange lists the credentials a request with Range or If-Range
+	// would have carried: it was refused (see Inject.Ranges).
+	DetailRange = "credential_range"
 )
 
 // Schemes for Inject.Scheme.
@@ -70,6 +77,11 @@ type Inject struct {
 	Scheme string
 	// Body allows the placeholder in request bodies up to MaxBodyBytes.
 	Body bool
+	// Ranges allows the value into requests that ask for part of an answer
+	// (Range, If-Range, Request-Range). Without it they are refused: a host
+	// that echoes the request would return the value in pieces, each too
+	// short to be recognised and put back, which the agent joins.
+	Ranges bool
 }
 
 // Spec is one credential. Exactly one of Source and AWS is set.
@@ -371,9 +383,16 @@ func (s *Set) Hosts() []string {
 // anywhere else in the request (other headers, the URL, a body it read) are
 // sent unchanged and reported under DetailMisuse.
 //
+// Values go only over TLS: r.URL.Scheme must be "https" (the interceptor
+// sets it when the request goes to an upstream whose certificate it
+// verifies). A request that would carry a value any other way is refused,
+// and so is one asking for part of an answer (Range) unless the credential
+// allows it (Inject.Ranges); DetailCleartext and DetailRange say which.
+//
 // The returned details name credentials, never values. An error means the
-// request must be refused: a source failed, or an AWS request signed with
-// the placeholder keys cannot be re-signed. Errors never hold values.
+// request must be refused: it is one of the above, a source failed, or an
+// AWS request signed with the placeholder keys cannot be re-signed. Errors
+// never hold values.
 func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 	host, err := hostname.Normalize(name)
 	if err != nil {
@@ -382,13 +401,8 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 	var injected, misuse []string
 	details := map[string]string{}
 	var body []byte // read when a bound credential allows the body
-	bodyRead := false
 	for _, e := range s.entries {
-		if !e.boundTo(host) || e.aws != nil {
-			continue
-		}
-		if e.inject.Body && !bodyRead {
-			bodyRead = true
+		if e.boundTo(host) && e.inject.Body {
 			var skipped string
 			body, skipped, err = readBody(r)
 			if err != nil {
@@ -397,6 +411,18 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 			if skipped != "" {
 				details[DetailBodySkipped] = skipped
 			}
+			break
+		}
+	}
+	if err := s.refusal(r, host, body, details); err != nil {
+		if body != nil {
+			setBody(r, body)
+		}
+		return details, err
+	}
+	for _, e := range s.entries {
+		if !e.boundTo(host) || e.aws != nil {
+			continue
 		}
 		ok, err := e.inject1(r, &body)
 		if err != nil {

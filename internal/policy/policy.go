@@ -117,7 +117,17 @@ type DNS struct {
 type TLS struct {
 	// CAFile is an extra PEM bundle trusted for upstream servers (a corporate CA, a test server).
 	CAFile string
+	// Inspect lists host patterns whose TLS the gateway terminates only to check that every request's
+	// Host or :authority is the name the TLS was for (its SNI). A host that is not intercepted passes
+	// through as TLS the gateway cannot read, so a request inside may name any host the upstream
+	// serves: domain fronting through a shared front (a CDN). No rules or credentials are needed.
+	Inspect []string
+	// InspectAll inspects every allowed host that way (written "inspect: all").
+	InspectAll bool
 }
+
+// InspectAll is how network.tls.inspect is written to inspect every allowed host.
+const InspectAll = "all"
 
 // HTTPRule restricts the requests allowed to Host to those matching one of Allow.
 type HTTPRule struct {
@@ -125,10 +135,19 @@ type HTTPRule struct {
 	Allow []HTTPAllow
 }
 
-// HTTPAllow admits requests whose method is one of Methods and whose path matches one of Paths.
+// HTTPAllow admits requests whose method is one of Methods and whose path matches one of Paths, and
+// that ask for nothing else unless it is allowed here: each of the fields below is something a lenient
+// upstream may act on beyond the method and path judged.
 type HTTPAllow struct {
 	Methods []string
 	Paths   []string
+	// Body allows a request body on GET, HEAD, OPTIONS, DELETE and TRACE (refused otherwise).
+	Body bool
+	// Websocket allows a websocket upgrade; every other upgrade is refused.
+	Websocket bool
+	// Headers are method-override and URL-rewrite headers (X-HTTP-Method-Override, X-Original-URL,
+	// ...) allowed on these requests; they are refused otherwise.
+	Headers []string
 }
 
 // Credential is a secret the agent may use but never see: inside it is a placeholder in the variable
@@ -232,6 +251,9 @@ type Inject struct {
 	Scheme Scheme
 	// Body also replaces the placeholder in request bodies.
 	Body bool
+	// Ranges allows the value into requests with Range or If-Range, refused otherwise: a host that
+	// echoes the request would hand the value back in pieces that redaction cannot recognise.
+	Ranges bool
 }
 
 // NeedsPlacement reports whether the source's kind needs Header, Scheme or Body to say where the value

@@ -85,7 +85,8 @@ type docNetwork struct {
 		Upstream []string `yaml:"upstream,omitempty"`
 	} `yaml:"dns,omitempty"`
 	TLS struct {
-		CAFile string `yaml:"caFile,omitempty"`
+		CAFile  string `yaml:"caFile,omitempty"`
+		Inspect any    `yaml:"inspect,omitempty"` // InspectAll or the list of hosts
 	} `yaml:"tls,omitempty"`
 	HTTP []docHTTPRule `yaml:"http,omitempty"`
 }
@@ -101,8 +102,11 @@ type docHTTPRule struct {
 }
 
 type docHTTPAllow struct {
-	Methods []string `yaml:"methods,flow"`
-	Paths   []string `yaml:"paths"`
+	Methods   []string `yaml:"methods,flow"`
+	Paths     []string `yaml:"paths"`
+	Body      bool     `yaml:"body,omitempty"`
+	Websocket bool     `yaml:"websocket,omitempty"`
+	Headers   []string `yaml:"headers,omitempty,flow"`
 }
 
 type docCredential struct {
@@ -147,6 +151,7 @@ type docInject struct {
 	Header string `yaml:"header,omitempty"`
 	Scheme Scheme `yaml:"scheme,omitempty"`
 	Body   bool   `yaml:"body,omitempty"`
+	Ranges bool   `yaml:"ranges,omitempty"`
 }
 
 func (p *Policy) doc() docPolicy {
@@ -192,6 +197,12 @@ func (p *Policy) doc() docPolicy {
 			dn.DNS.Upstream = append(dn.DNS.Upstream, u.String())
 		}
 		dn.TLS.CAFile = nw.TLS.CAFile
+		switch {
+		case nw.TLS.InspectAll:
+			dn.TLS.Inspect = InspectAll
+		case len(nw.TLS.Inspect) > 0:
+			dn.TLS.Inspect = nw.TLS.Inspect
+		}
 		for _, r := range nw.HTTP {
 			dr := docHTTPRule{Host: r.Host}
 			for _, a := range r.Allow {
@@ -206,7 +217,7 @@ func (p *Policy) doc() docPolicy {
 			Name: c.Name,
 			From: docSource{Env: c.From.Env, File: c.From.File, Command: c.From.Command},
 			Inject: docInject{
-				Host: c.Inject.Hosts, Header: c.Inject.Header, Scheme: c.Inject.Scheme, Body: c.Inject.Body,
+				Host: c.Inject.Hosts, Header: c.Inject.Header, Scheme: c.Inject.Scheme, Body: c.Inject.Body, Ranges: c.Inject.Ranges,
 			},
 		}
 		if len(c.Inject.Hosts) == 1 {

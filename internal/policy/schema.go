@@ -306,6 +306,9 @@ func (d *decoder) network(n *yaml.Node, path string) (*Network, error) {
 			_, err := d.mapping(v, p, field{"caFile", func(v *yaml.Node, p string) (err error) {
 				nw.TLS.CAFile, err = d.path(v, p)
 				return err
+			}}, field{"inspect", func(v *yaml.Node, p string) (err error) {
+				nw.TLS.Inspect, nw.TLS.InspectAll, err = d.inspect(v, p)
+				return err
 			}})
 			return err
 		}},
@@ -326,6 +329,27 @@ func (d *decoder) network(n *yaml.Node, path string) (*Network, error) {
 		}},
 	)
 	return nw, err
+}
+
+// inspect reads network.tls.inspect: "all", or a list of host patterns.
+func (d *decoder) inspect(n *yaml.Node, path string) (hosts []string, all bool, err error) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == InspectAll {
+		return nil, true, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, false, d.errf(n, path, "expected a list of hosts or %q, got %s", InspectAll, describe(n))
+	}
+	hosts, err = d.strs(n, path, func(s string) (string, error) {
+		if s == InspectAll {
+			// Surely meant as the word, which would otherwise inspect a host named "all" only.
+			return "", fmt.Errorf("write inspect: %s (not in a list) to inspect every allowed host", InspectAll)
+		}
+		return checkHostPattern(s)
+	})
+	if err == nil && len(hosts) == 0 {
+		err = d.errf(n, path, "expected at least one host (or %q)", InspectAll)
+	}
+	return hosts, false, err
 }
 
 // endpoint reads an allow entry: a bare host (port 443) or {host, ports}.
@@ -384,6 +408,18 @@ func (d *decoder) httpRule(n *yaml.Node, path string) (HTTPRule, error) {
 					}},
 					field{"paths", func(v *yaml.Node, p string) (err error) {
 						a.Paths, err = d.strs(v, p, checkHTTPPath)
+						return err
+					}},
+					field{"body", func(v *yaml.Node, p string) (err error) {
+						a.Body, err = d.boolean(v, p)
+						return err
+					}},
+					field{"websocket", func(v *yaml.Node, p string) (err error) {
+						a.Websocket, err = d.boolean(v, p)
+						return err
+					}},
+					field{"headers", func(v *yaml.Node, p string) (err error) {
+						a.Headers, err = d.strs(v, p, checkOverrideHeader)
 						return err
 					}},
 				)
@@ -730,6 +766,10 @@ func (d *decoder) inject(n *yaml.Node, path string, needsPlacement bool) (in Inj
 		}},
 		field{"body", func(v *yaml.Node, p string) (err error) {
 			in.Body, err = d.boolean(v, p)
+			return err
+		}},
+		field{"ranges", func(v *yaml.Node, p string) (err error) {
+			in.Ranges, err = d.boolean(v, p)
 			return err
 		}},
 	)

@@ -222,6 +222,32 @@ func checkHeader(s string) (string, error) {
 	return s, nil
 }
 
+// checkOverrideHeader validates a header an HTTP rule allows (network.http[].allow[].headers): only
+// method-override and URL-rewrite headers are refused to begin with, so any other name is a mistake.
+func checkOverrideHeader(s string) (string, error) {
+	if !validHeaderName(s) {
+		return "", fmt.Errorf("%q is not a valid HTTP header name", s)
+	}
+	if !isOverrideHeader(s) {
+		return "", fmt.Errorf("%q is not a method-override or URL-rewrite header (only those are refused, so only those need allowing)", s)
+	}
+	return s, nil
+}
+
+// isOverrideHeader reports whether s names a header the gateway refuses on rule-limited hosts unless a
+// rule allows it: one servers read as the request's real method or path. The gateway keeps the same
+// list (internal/egress/intercept, request_checks.go) and refuses at start a name it does not know.
+func isOverrideHeader(s string) bool {
+	switch strings.ReplaceAll(strings.ToLower(s), "_", "-") {
+	case "x-http-method-override", "x-http-method", "x-method-override", "x-original-method",
+		"x-forwarded-method", "x-original-url", "x-original-uri", "x-rewrite-url", "x-override-url",
+		"x-forwarded-uri", "x-forwarded-url", "x-forwarded-path", "x-forwarded-prefix",
+		"x-envoy-original-path":
+		return true
+	}
+	return false
+}
+
 func checkRepository(s string) (string, error) {
 	if !validRepo(s) {
 		return "", fmt.Errorf("%q is not a repository (expected owner/name)", s)

@@ -4,7 +4,7 @@ package probe
 // can be changed between runs.
 func All() []Probe {
 	var out []Probe
-	for _, group := range [][]Probe{fileSystemProbes(), networkProbes(), credentialProbes(), processProbes(), resourceProbes(), persistenceProbes()} {
+	for _, group := range [][]Probe{fileSystemProbes(), networkProbes(), credentialProbes(), processProbes(), resourceProbes(), persistenceProbes(), socketProbes(), streamProbes()} {
 		out = append(out, group...)
 	}
 	return out

@@ -24,6 +24,7 @@ func credentialProbes() []Probe {
 		{"cred.agent-sockets", Credentials, "connect to ssh-agent and gpg-agent sockets", credAgentSockets},
 		{"cred.keyring", Credentials, "reach the kernel keyrings (keyctl)", credKeyring},
 		{"cred.placeholder", Credentials, "find a credential's real value where the agent holds its placeholder", credPlaceholder},
+		{"cred.cleartext", Credentials, "send a credential's placeholder to its host over plain HTTP (straight, via the proxy, in a CONNECT tunnel)", credCleartext},
 	}
 }
 

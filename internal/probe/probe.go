@@ -142,6 +142,9 @@ type Canaries struct {
 	// trace of a real value, not even its hash (a short secret's hash can be brute-forced), is handed
 	// into the sandbox.
 	Placeholders []Named `json:"placeholders,omitempty"`
+	// Injected are the credentials with where their values go and their hosts' allowed endpoints,
+	// for the probe that sends a placeholder in cleartext.
+	Injected []Injected `json:"injected,omitempty"`
 }
 
 // Secret names something secret and the hex sha256 of its value.

@@ -1,17 +1,32 @@
-// Package redact replaces secret strings in what flows back into the sandbox: header values and
-// response bodies read as streams. The gateway puts a real credential into requests to the host it
-// belongs to; a host that echoes it (an error page quoting the Authorization header, a debugging
-// endpoint, an API that returns the key it was called with) would otherwise hand the real value to
-// the agent, which the placeholder scheme exists to prevent. Each secret is replaced by its
-// placeholder, so what the agent reads is what it sent.
+// Package redact replaces secret strings in what flows back into the sandbox: header names and
+// values, response bodies and websocket frames read as streams. The gateway puts a real credential
+// into requests to the host it belongs to; a host that echoes it (an error page quoting the
+// Authorization header, a debugging endpoint, an API that returns the key it was called with) would
+// otherwise hand the real value to the agent, which the placeholder scheme exists to prevent. Each
+// secret is replaced by its placeholder, so what the agent reads is what it sent.
 //
-// Matching is exact and leftmost-longest, as strings.Replacer does with the longest strings first,
-// and a Reader finds secrets that straddle the boundaries of the reads beneath it.
+// Matching is exact and leftmost-longest, as strings.Replacer does with the longest strings first
+// (header names, which HTTP treats without regard to case, are matched so). A Reader finds secrets
+// that straddle the boundaries of the reads beneath it, and a WebsocketReader those that straddle
+// frames.
+//
+// # Not an oracle
+//
+// A stream searcher must hold back bytes that could begin a secret until it sees how they go on.
+// Holding back exactly those would answer a question for anyone who can make the host reflect text
+// of their choosing (an echo endpoint, a model repeating its prompt): "is this the start of the
+// secret?", one character at a time. So what a stream holds back never depends on what the bytes
+// are: always the last Hold bytes (the longest secret less one), released when more arrive, at the
+// end, or a fixed delay after the last arrival (see Reader). Only a whole secret found changes what
+// is sent, and that the reader sees anyway, as its placeholder.
+//
+// Searching is defence in depth, not a boundary: a value quoted in part, transformed (base64, hex,
+// another case) or cut into pieces the upstream sends apart is not found. A host a credential is
+// bound to is trusted not to reflect it.
 package redact
 
 import (
 	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -26,6 +41,7 @@ type Pair struct {
 // replacements it made, so the audit log can say a host reflected a credential.
 type Replacer struct {
 	pairs      []Pair // longest secret first
+	folded     []Pair // pairs with their secrets in lower case (ASCII), for header names
 	maxLen     int
 	sameLength bool
 	count      atomic.Int64
@@ -47,6 +63,7 @@ func New(pairs []Pair) *Replacer {
 	r := &Replacer{pairs: ps, maxLen: len(ps[0].Secret), sameLength: true}
 	for _, p := range ps {
 		r.sameLength = r.sameLength && len(p.Secret) == len(p.Replacement)
+		r.folded = append(r.folded, Pair{Secret: lowerASCII(p.Secret), Replacement: p.Replacement})
 	}
 	return r
 }
@@ -68,10 +85,13 @@ func (r *Replacer) Add(n int64) { r.count.Add(n) }
 
 // next finds the leftmost match in b at or after from, the longest of those starting there. It
 // returns its start and pair, or -1.
-func (r *Replacer) next(b []byte, from int) (int, *Pair) {
+func (r *Replacer) next(b []byte, from int) (int, *Pair) { return nextIn(r.pairs, b, from) }
+
+// nextIn is next for pairs, longest secret first.
+func nextIn(pairs []Pair, b []byte, from int) (int, *Pair) {
 	best, bp := -1, (*Pair)(nil)
-	for i := range r.pairs {
-		p := &r.pairs[i]
+	for i := range pairs {
+		p := &pairs[i]
 		end := len(b)
 		if best >= 0 {
 			end = min(len(b), best+len(p.Secret)) // only a match starting before best can beat it
@@ -115,129 +135,35 @@ func (r *Replacer) Strings(vs []string) {
 	}
 }
 
-// readChunk is how much a Reader reads from its source at a time.
-const readChunk = 32 << 10
-
-// Reader returns src with every secret replaced. Of what src has given, it holds back only a tail
-// that begins some secret (at most the longest secret's length less one byte) until more input
-// shows whether the secret is there, so a secret split across reads is still found and a stream
-// that pauses (server-sent events, a websocket) is not held up. Errors from src are returned once
-// the bytes before them are.
-func (r *Replacer) Reader(src io.Reader) io.Reader {
+// Hold is how many bytes at its end a stream always holds back (see Reader): the longest secret's
+// length less one, the most of a secret that could be waiting for its last byte.
+func (r *Replacer) Hold() int {
 	if r == nil {
-		return src
+		return 0
 	}
-	return &reader{r: r, src: src}
+	return r.maxLen - 1
 }
 
-type reader struct {
-	r   *Replacer
-	src io.Reader
-	in  []byte // read from src, not yet decided
-	out []byte // decided, not yet returned
-	err error  // src's error, once in is drained
-}
-
-func (rd *reader) Read(p []byte) (int, error) {
-	if rd.r.sameLength && len(rd.out) == 0 && rd.err == nil && len(p) >= 2*rd.r.maxLen {
-		return rd.readInPlace(p)
-	}
-	for len(rd.out) == 0 {
-		if rd.err != nil {
-			if len(rd.in) > 0 { // the end: what was held back cannot start a secret any more
-				rd.decide(true)
-				continue
-			}
-			return 0, rd.err
-		}
-		if cap(rd.in)-len(rd.in) < readChunk {
-			rd.in = slices.Grow(rd.in, readChunk)
-		}
-		n, err := rd.src.Read(rd.in[len(rd.in):cap(rd.in)])
-		rd.in = rd.in[:len(rd.in)+n]
-		rd.err = err
-		if n > 0 {
-			rd.decide(false)
-		}
-	}
-	n := copy(p, rd.out)
-	rd.out = rd.out[n:]
-	return n, nil
-}
-
-// readInPlace is Read without a copy of its own, for replacements as long as their secrets (the
-// usual case: placeholders imitate their values): the held-back tail and then the source's bytes
-// are read into p, secrets are overwritten where they lie, and only the new tail is kept back.
-func (rd *reader) readInPlace(p []byte) (int, error) {
+// settle decides b[done:], the stream's bytes not yet searched (b[:done] is decided): it replaces
+// every secret that starts before the held tail, the last Hold bytes of b (or every secret when
+// final, at the end of the stream or at a release), and returns b (changed in place when the
+// replacements are as long as their secrets), how far b is now decided, and how far it may be
+// released: len(b)-Hold, or all of it when final. That bound depends on len(b) alone, never on what
+// the bytes are, so a reader cannot learn from what it is given whether its last bytes begin a
+// secret. A secret starting before it lies wholly inside b (it is at most Hold+1 long), and so does
+// any longer secret starting at the same place, so the leftmost-longest choice made here is final.
+func (r *Replacer) settle(b []byte, done int, final bool) ([]byte, int, int) {
 	for {
-		k := copy(p, rd.in) // the tail held back last time (shorter than maxLen, so p has room)
-		n, err := rd.src.Read(p[k:])
-		rd.err = err
-		total := k + n
-		keep := rd.r.plan(p[:total], err != nil, func(i int, pr *Pair) { copy(p[i:], pr.Replacement) })
-		rd.in = append(rd.in[:0], p[keep:total]...)
-		switch {
-		case keep > 0:
-			return keep, nil // an error is returned by the next Read, once in is drained
-		case err != nil:
-			return 0, err
+		limit := len(b)
+		if !final {
+			limit -= r.Hold()
 		}
-	}
-}
-
-// decide moves what in holds into out, replacing secrets, except the tail that plan holds back.
-func (rd *reader) decide(end bool) {
-	out := rd.out[:0]
-	pos := 0
-	keep := rd.r.plan(rd.in, end, func(i int, p *Pair) {
-		out = append(out, rd.in[pos:i]...)
-		out = append(out, p.Replacement...)
-		pos = i + len(p.Secret)
-	})
-	out = append(out, rd.in[pos:keep]...)
-	rd.out = out
-	rd.in = append(rd.in[:0], rd.in[keep:]...)
-}
-
-// plan finds the secrets to replace in b, the stream's undecided bytes, calling replace for each in
-// order, and returns how much of b is decided: all of it at the end of the stream, else all but the
-// tail from the first position where the rest of b begins some secret that more input could
-// complete. Only matches starting before that position are taken; a match there could yet lose to
-// a longer one starting as early or earlier, which is why the choice waits. The held-back tail is
-// usually empty (no secret begins with a stream's last bytes), so a stream that pauses, such as
-// server-sent events, is not held up.
-func (r *Replacer) plan(b []byte, end bool, replace func(i int, p *Pair)) (keep int) {
-	open := len(b)
-	if !end {
-		open = r.openFrom(b, 0)
-	}
-	pos := 0
-	for {
-		i, p := r.next(b, pos)
-		if i < 0 || i >= open {
-			break
+		i, p := r.next(b, done)
+		if i < 0 || i >= limit {
+			return b, max(done, limit), max(limit, 0)
 		}
-		replace(i, p)
-		pos = i + len(p.Secret)
+		b = slices.Replace(b, i, i+len(p.Secret), []byte(p.Replacement)...)
+		done = i + len(p.Replacement)
 		r.count.Add(1)
 	}
-	if end {
-		return len(b)
-	}
-	return r.openFrom(b, pos)
-}
-
-// openFrom returns the first position j >= from such that b[j:] is a proper prefix of some secret
-// (a secret may be starting there), or len(b).
-func (r *Replacer) openFrom(b []byte, from int) int {
-	for j := max(from, len(b)-(r.maxLen-1)); j < len(b); j++ {
-		rest := b[j:]
-		for i := range r.pairs {
-			s := r.pairs[i].Secret
-			if len(s) > len(rest) && s[0] == rest[0] && s[:len(rest)] == string(rest) {
-				return j
-			}
-		}
-	}
-	return len(b)
 }

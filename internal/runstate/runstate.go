@@ -5,7 +5,7 @@
 // Layout: <Root>/runs/<id>/ (mode 0700) holds meta.json, written atomically (temp file, fsync,
 // rename), a lock file serialising state changes, and whatever other packages keep for the run
 // (the workspace's upper layer, the audit log, the run's CA). The directory is never made visible
-// inside the sandbox.
+// inside the sandbox. Budget (budget.go) bounds what the agent can make it grow to.
 package runstate
 
 import (

@@ -2,7 +2,9 @@
 // allows with private addresses that map back to the name (so the gateway knows what every connection
 // is for), and nothing else: an unknown name gets NXDOMAIN and is never sent anywhere, so a DNS tunnel
 // ("$(secret).attacker.example") carries nothing out of the sandbox. It never resolves upstream
-// itself; the gateway resolves the real name when it dials.
+// itself; the gateway resolves the real name when it dials. So a name the sandbox makes up under an
+// allowed wildcard reaches that zone's DNS servers only if the sandbox connects to it, never because
+// it looked the name up (the wildcard stays a channel, one name per connection: see SECURITY-MODEL).
 //
 // The server reads and writes the sockets it is given (the gateway creates them inside the sandbox's
 // network namespace) with its own small loops around one function from query bytes to answer bytes,

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
@@ -42,12 +43,17 @@ type Config struct {
 	Hostname string
 	// AuditPath is the run's audit log (JSON lines).
 	AuditPath string
+	// AuditMaxBytes caps the audit log (the run's share of limits.disk); 0 means audit.DefaultMaxBytes.
+	AuditMaxBytes int64
 	// Notify receives one line per refused host, for the user's terminal. It must not block.
 	Notify func(line string)
-	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver.
+	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver (or
+	// network.dns.upstream), always asked for the name as a fully qualified one (see exactLookup). A
+	// function given here gets the name without a trailing dot and must not apply a search list.
 	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
-	// InjectHosts are the host patterns credentials are bound to. They and the hosts of
-	// Network.HTTP are intercepted: the gateway terminates TLS for them with a per-run CA.
+	// InjectHosts are the host patterns credentials are bound to. They, the hosts of Network.HTTP
+	// and those of Network.TLS.Inspect are intercepted: the gateway terminates TLS for them with a
+	// per-run CA.
 	InjectHosts []string
 	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
 	Modify func(r *http.Request, name string) (map[string]string, error)
@@ -89,12 +95,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	lookup := cfg.LookupNetIP
 	if lookup == nil {
-		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}
+		lookup = exactLookup(net.DefaultResolver)
 	}
 	if len(cfg.Network.DNS.Upstream) > 0 {
-		lookup = upstreamResolver(cfg.Network.DNS.Upstream)
+		lookup = exactLookup(upstreamResolver(cfg.Network.DNS.Upstream))
 	}
 	var notices *notifier
 	if cfg.Notify != nil {
@@ -121,7 +125,12 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: a credential is bound to %s, which the network policy never allows (add it to network.allow)", h)
 		}
 	}
-	log, err := audit.NewLog(cfg.AuditPath)
+	for i, h := range cfg.Network.TLS.Inspect {
+		if !strings.HasPrefix(h, "*.") && !matcher.Known(h) {
+			return nil, fmt.Errorf("gateway: network.tls.inspect[%d]: %s is never allowed by the network policy (add it to network.allow)", i, h)
+		}
+	}
+	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
@@ -130,7 +139,7 @@ func New(cfg Config) (*Gateway, error) {
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: netns.OrigDst, Notify: notify,
 	}
-	if len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 {
+	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices); err == nil {
 			pcfg.Intercept = g.ic
 		}
@@ -149,7 +158,9 @@ func New(cfg Config) (*Gateway, error) {
 }
 
 // prepareInterception makes the run's CA and the interceptor for the hosts with HTTP rules or
-// credentials. Upstreams are verified against the host's roots plus network.tls.caFile.
+// credentials, and those network.tls.inspect names (which get no rules: only the checks every
+// intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
+// host's roots plus network.tls.caFile.
 func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	roots, err := x509.SystemCertPool()
 	if err != nil {
@@ -171,7 +182,7 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	for i, r := range cfg.Network.HTTP {
 		rules[i] = intercept.Rule{Host: r.Host, Source: fmt.Sprintf("network.http[%d]", i)}
 		for _, a := range r.Allow {
-			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths})
+			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths, Body: a.Body, Websocket: a.Websocket, Headers: a.Headers})
 		}
 	}
 	var notify func(key, line string)
@@ -179,7 +190,7 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 		notify = func(key, line string) { notices.notify("http "+key, line) }
 	}
 	g.ic, err = intercept.New(intercept.Config{
-		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
+		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
 		Notify: notify,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
@@ -270,28 +281,9 @@ func (g *Gateway) Close() (audit.Summary, error) {
 	if g.ic != nil {
 		g.ic.Close()
 	}
+	err := g.log.Close() // first: closing writes the folded counts, which the cap may suppress
 	sum := g.log.Summary()
-	err := g.log.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return sum, errors.Join(append(g.errs, err)...)
-}
-
-// upstreamResolver resolves through the DNS servers that network.dns.upstream names, instead of the
-// host's resolver.
-func upstreamResolver(servers []netip.AddrPort) func(ctx context.Context, host string) ([]netip.Addr, error) {
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		var err error
-		for _, s := range servers {
-			var c net.Conn
-			if c, err = d.DialContext(ctx, network, s.String()); err == nil {
-				return c, nil
-			}
-		}
-		return nil, err
-	}}
-	return func(ctx context.Context, host string) ([]netip.Addr, error) {
-		return r.LookupNetIP(ctx, "ip", host)
-	}
 }

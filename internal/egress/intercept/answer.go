@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/redact"
 )
@@ -15,13 +16,32 @@ import (
 // The answer side of an intercepted exchange: what the upstream sends back on its way to the sandbox,
 // searched for the credential values the host was sent.
 
+// releaseDelay is how long after the last bytes of a streamed answer (no Content-Length: chunked,
+// server-sent events, a websocket) arrived the tail that the search always holds back goes on to
+// the sandbox anyway (redact.Reader): long enough for the parts of a value the upstream writes at
+// once, which arrive apart only by the transport's cuts, short enough for an event stream or a
+// websocket answering one message at a time. It depends on the clock alone, never on the bytes.
+const releaseDelay = 100 * time.Millisecond
+
+// refused1xx is the exchange's refusal once an informational answer's header could not be
+// redacted (countingWriter.WriteHeader); modifyResponse then refuses the final answer.
+const refused1xx = "answer not searchable for credential values (an informational answer's header)"
+
 func modifyResponse(res *http.Response) error {
 	ex := exchangeOf(res.Request.Context())
 	if ex != nil {
 		ex.status = res.StatusCode
+		if ex.refusal == refused1xx {
+			why := strings.TrimPrefix(ex.err, errUnredactable.Error()+": ")
+			return fmt.Errorf("%w: %s, in an informational (1xx) answer", errUnredactable, why)
+		}
 	}
+	// A body of known length is read in full chunks (fullReader), which already wait for the
+	// bytes whatever they are: its search needs no release, and keeps its copy-free path.
+	idle := releaseDelay
 	if res.ContentLength > 0 && res.Body != nil {
 		res.Body = fullReader{res.Body}
+		idle = 0
 	}
 	if ex != nil && ex.redactions != nil {
 		// Listed again now: a concurrent request may have sent this host a value since this one
@@ -31,7 +51,12 @@ func modifyResponse(res *http.Response) error {
 				red.Add(ex.red.Count()) // an informational answer's echoes, already counted
 			}
 			ex.red = red
-			return redactResponse(res, red)
+			if err := redactResponse(res, red, idle); err != nil {
+				return err
+			}
+			if b, ok := res.Body.(*redactedBody); ok {
+				b.refuse = func(err error) { ex.refusal, ex.err = "answer not searchable for credential values", err.Error() }
+			}
 		}
 	}
 	return nil
@@ -41,25 +66,30 @@ func modifyResponse(res *http.Response) error {
 // cannot search.
 var errUnredactable = errors.New("the answer cannot be searched for credential values")
 
-// redactResponse replaces credential values in an answer's header, body and trailer. A body in an
-// encoding it cannot search is refused (the request asked for none, so a host sending one anyway
-// is not answered); gzip, which some servers send regardless, is decoded.
-func redactResponse(res *http.Response, red *redact.Replacer) error {
-	for _, vs := range res.Header {
-		red.Strings(vs)
+// redactResponse replaces credential values in an answer's header (names and values), body and
+// trailer; a body's held-back tail is released idle after it arrived (redact.Reader), or only by
+// more bytes or the end if idle is 0. A body in an encoding it cannot search is refused (the
+// request asked for none, so a host sending one anyway is not answered); gzip, which some servers
+// send regardless, is decoded. So is a header with a value split across its fields.
+func redactResponse(res *http.Response, red *redact.Replacer, idle time.Duration) error {
+	// The trailer's names are announced in the header (the reverse proxy lists them in Trailer),
+	// so they are searched with it; their values come at the end of the body.
+	if err := redactHeader(red, res.Header, res.Trailer); err != nil {
+		return err
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		// A websocket: the upstream's frames are read through the replacer. Frames from a server
-		// are not masked and (extensions were not offered) not compressed, so a value is found as
-		// sent; a replacement of another length would break the framing.
+		// A websocket: the upstream's frames are read through the replacer, frame by frame.
+		// Frames from a server are not masked and (extensions were not offered) not compressed,
+		// so a value is found as sent; a replacement of another length would break the framing.
 		rwc, ok := res.Body.(io.ReadWriteCloser)
 		if !ok {
 			return fmt.Errorf("%w: the protocol switch gave no connection to read", errUnredactable)
 		}
-		if !red.SameLength() {
+		frames, err := red.WebsocketReader(rwc, releaseDelay)
+		if err != nil {
 			return fmt.Errorf("%w: a protocol switch with a credential value of another length than its placeholder", errUnredactable)
 		}
-		res.Body = redactedConn{Reader: red.Reader(rwc), ReadWriteCloser: rwc}
+		res.Body = redactedConn{r: frames, ReadWriteCloser: rwc}
 		return nil
 	}
 	if res.Body == nil || res.Body == http.NoBody {
@@ -85,37 +115,69 @@ func redactResponse(res *http.Response, red *redact.Replacer) error {
 		res.Header.Del("Content-Length")
 		res.ContentLength = -1
 	}
-	res.Body = &redactedBody{Reader: red.Reader(body), Closer: res.Body, atEOF: func() {
-		for _, vs := range res.Trailer { // filled in by the time the body ends
-			red.Strings(vs)
+	header := headerFields(res.Header, nil)
+	res.Body = &redactedBody{ReadCloser: red.Reader(body, idle), src: res.Body, atEOF: func() error {
+		// The trailer is filled in by the time the body ends; a value split between it and the
+		// header counts as split too.
+		if err := redactHeader(red, res.Trailer, nil); err != nil {
+			return err
 		}
+		if red.Assembled(headerFields(res.Trailer, header)) {
+			return fmt.Errorf("%w: %s (header and trailer)", errUnredactable, errSplitHeader)
+		}
+		return nil
 	}}
 	return nil
 }
 
-// redactedBody is a response body read through a replacer; at its end it redacts the trailer too.
+// redactedBody is a response body read through a replacer; at its end it redacts the trailer too,
+// and ends with an error instead of io.EOF if the trailer cannot be (the answer is then cut off:
+// its header and body have gone, and the sandbox never reads the trailer).
 type redactedBody struct {
-	io.Reader
-	io.Closer
-	atEOF func()
-	once  sync.Once
+	io.ReadCloser           // the replacer's reader
+	src           io.Closer // the upstream's body
+	atEOF         func() error
+	refuse        func(error) // records a refusal at the end, if set
+	once          sync.Once
+	err           error
 }
 
 func (b *redactedBody) Read(p []byte) (int, error) {
-	n, err := b.Reader.Read(p)
+	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.once.Do(b.atEOF)
+		b.once.Do(func() {
+			if b.err = b.atEOF(); b.err != nil && b.refuse != nil {
+				b.refuse(b.err)
+			}
+		})
+		if b.err != nil {
+			err = b.err
+		}
 	}
 	return n, err
 }
 
+// Close closes the upstream's body, which ends the replacer's read of it, and then the replacer.
+func (b *redactedBody) Close() error {
+	err := b.src.Close()
+	b.ReadCloser.Close()
+	return err
+}
+
 // redactedConn is an upgraded upstream connection whose reads go through a replacer.
 type redactedConn struct {
-	io.Reader
+	r io.ReadCloser
 	io.ReadWriteCloser
 }
 
-func (c redactedConn) Read(p []byte) (int, error) { return c.Reader.Read(p) }
+func (c redactedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// Close closes the connection, which ends the replacer's read of it, and then the replacer.
+func (c redactedConn) Close() error {
+	err := c.ReadWriteCloser.Close()
+	c.r.Close()
+	return err
+}
 
 // countingWriter counts the body bytes sent to the client and remembers the status. Unwrap lets
 // http.ResponseController reach Flush and Hijack underneath.
@@ -129,9 +191,11 @@ type countingWriter struct {
 func (w *countingWriter) WriteHeader(code int) {
 	if code < 200 && w.ex.red != nil {
 		// An informational answer (103 Early Hints) is relayed by the reverse proxy straight from
-		// the upstream, before ModifyResponse sees anything: its header is searched here.
-		for _, vs := range w.Header() {
-			w.ex.red.Strings(vs)
+		// the upstream, before ModifyResponse sees anything: its header is searched here. One that
+		// cannot be redacted is not relayed, and the final answer is refused (modifyResponse).
+		if err := redactHeader(w.ex.red, w.Header(), nil); err != nil {
+			w.ex.refusal, w.ex.err = refused1xx, err.Error()
+			return // the reverse proxy clears the header it filled
 		}
 	}
 	if w.status == 0 || w.status < 200 {

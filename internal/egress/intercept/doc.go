@@ -23,16 +23,25 @@
 //     path when it names the connection's host.
 //   - it asks to upgrade to anything but a websocket (403): after a 101 the connection is a tunnel
 //     the rules no longer see, and an upgrade to h2c would carry requests for any path.
+//   - rules cover the host and it is a websocket handshake that is not well-formed (HTTP/1.1 GET,
+//     Upgrade: websocket alone, a 16-byte Sec-WebSocket-Key, version 13): 400.
 //   - rules cover the host and none allows it: 403, with a body naming the rules consulted, what they
-//     allow, and the line that would allow this request.
-//   - Modify returns an error: 403.
+//     allow, and the line that would allow this request. An Access allows a request only if it also
+//     allows each extra the request asks for: a body on GET, HEAD, OPTIONS, DELETE or TRACE
+//     (Access.Body), an upgrade (Access.Websocket), and method-override and URL-rewrite headers such as
+//     X-HTTP-Method-Override and X-Original-URL (Access.Headers); the denial names the access and the
+//     field to add.
+//   - Modify returns an error: 403. Modify learns from r.URL.Scheme whether the request goes upstream
+//     over verified TLS ("https") or in cleartext ("http"), and a credential must go only over TLS; a
+//     hook that injects into a cleartext request anyway is refused with 502.
 //
 // An allowed request goes to the connection's name and port and nowhere else, whatever its URL (or
 // Modify) says, over TLS verified for that name. Hop-by-hop and proxy headers (Proxy-Authorization,
 // Forwarded, X-Forwarded-*) are dropped. HTTP/2 is served when the client offers it in ALPN; the
 // upstream protocol follows the client's (HTTP/2 when the client spoke it and the upstream offers
-// it, else HTTP/1.1). A websocket (HTTP/1.1 upgrade) is judged as its GET, then relayed both ways
-// until either side closes; what flows after the 101 is not inspected. Websockets over HTTP/2
+// it, else HTTP/1.1). A websocket (HTTP/1.1 upgrade) is judged as its GET (on a host with rules, by
+// an Access with Websocket), then relayed both ways until either side closes; what flows after the
+// 101 is not inspected, and a 101 for another protocol than websocket is refused (502). Websockets over HTTP/2
 // (extended CONNECT, RFC 8441) are refused like any CONNECT; clients fall back to HTTP/1.1.
 //
 // # Path globs
@@ -45,7 +54,10 @@
 //   - it has no backslash, space, control character, "#" or byte outside ASCII (encode them);
 //   - decoded, it has no empty segment ("//"; a single trailing "/" is fine) and no "." or ".."
 //     segment, also not with matrix parameters ("..;x"), and so path.Clean leaves it unchanged
-//     (so "%2e%2e" is refused like "..").
+//     (so "%2e%2e" is refused like "..");
+//   - decoded, it is valid UTF-8 (so overlong forms such as "%c0%ae" for "." and "%c0%af" for "/"
+//     are refused) and holds no character a normalising server reads as ".", "/", "\\" or "%"
+//     (full-width "．" and "／", one dot leader, fraction and division slashes, and the like).
 //
 // A path that is not canonical is refused rather than guessed at, because the upstream might read it
 // differently from the matcher. In a glob "*" matches any run of characters, "/" included, and every

@@ -98,13 +98,27 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusBadRequest, gatewayRule, errNotOrigin.Error(), "")
 		return
 	}
-	if up := upgradeOf(r.Header); up != "" && !strings.EqualFold(up, "websocket") {
+	up := upgradeOf(r.Header)
+	if up != "" && !strings.EqualFold(up, "websocket") {
 		// After a 101 the connection is a tunnel the rules no longer see; an upgrade to h2c, say,
 		// would carry requests for any path. Websockets are the one upgrade relayed.
 		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
 		return
 	}
-	v := i.rules.judge(c.name, r.Method, target)
+	var x extras
+	if i.rules.covers(c.name) {
+		// What a rule must allow besides the method and path (request_checks.go).
+		if up != "" {
+			if err := checkWebsocket(r); err != nil {
+				deny(http.StatusBadRequest, gatewayRule, "malformed websocket handshake: "+err.Error(), "")
+				return
+			}
+			x.websocket = true
+		}
+		x.overrides = overridesOf(r.Header)
+		x.body = bodyless(r.Method) && hasBody(r)
+	}
+	v := i.rules.judgeExtras(c.name, r.Method, target, x)
 	if !v.allow {
 		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
 		return
@@ -112,6 +126,9 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	ev.Rule = v.rule
 	if i.modify != nil {
 		judged := r.URL.EscapedPath()
+		// The hook reads how the request goes upstream from its URL: "https" is TLS verified against
+		// the Roots, the only way a credential may be sent; "http" is cleartext.
+		r.URL.Scheme, r.URL.Host = c.scheme, c.upstream()
 		details, err := i.modify(r, c.name)
 		for k, val := range details {
 			if _, taken := ev.Detail[k]; !taken {
@@ -124,6 +141,11 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		if !authorityMatches(r.Host, c) || r.URL.EscapedPath() != judged {
 			deny(http.StatusBadGateway, gatewayRule, "the credential hook changed the request's Host or path", "")
+			return
+		}
+		if c.scheme != "https" && details[audit.DetailCredentials] != "" {
+			// Fail closed should a hook put a credential into a request that would go out in cleartext.
+			deny(http.StatusBadGateway, gatewayRule, "the credential hook put a credential into a plain-HTTP request", "")
 			return
 		}
 	}

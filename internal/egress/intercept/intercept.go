@@ -41,6 +41,12 @@ type Config struct {
 	// Hosts are further names to intercept without rules (for credential injection), in the syntax
 	// of Rule.Host.
 	Hosts []string
+	// Inspect are names whose TLS is intercepted only to check each request's Host against the TLS
+	// name (network.tls.inspect), in the syntax of Rule.Host. Their other protocols pass as for any
+	// host: see OnlyTLS.
+	Inspect []string
+	// All inspects every name (network.tls.inspect: all), as Inspect does.
+	All bool
 	// Roots verify the real upstream's certificate; nil means the host's system roots.
 	Roots *x509.CertPool
 	// Dial connects to the real upstream for name:port. The gateway supplies its checked dialer,
@@ -48,8 +54,10 @@ type Config struct {
 	Dial func(ctx context.Context, name string, port uint16) (net.Conn, error)
 	// Modify, if set, runs on every allowed request before it goes upstream (credential injection).
 	// It may change headers, the query or the body, never where the request goes: the upstream is
-	// set by the interceptor, and a changed Host or path (which the rules judged) is refused with 502. It returns audit details to record (never secret values);
-	// an error refuses the request with 403.
+	// set by the interceptor, and a changed Host or path (which the rules judged) is refused with 502.
+	// r.URL.Scheme says how it goes upstream: "https" over TLS verified against Roots, "http" in
+	// cleartext (where a credential must not go). It returns audit details to record (never secret
+	// values); an error refuses the request with 403.
 	Modify func(r *http.Request, name string) (map[string]string, error)
 	// Redactions, if set, lists for a host the values that must not reach the sandbox in its answers,
 	// each with what replaces it: the credential values Modify sent there, which a host may echo.
@@ -69,10 +77,13 @@ type Config struct {
 // rules, and forwards the allowed ones over verified TLS. It is safe for concurrent use; one serves
 // a whole run.
 type Interceptor struct {
-	ca     *CA
-	rules  ruleSet
-	hosts  []hostPattern
-	modify func(*http.Request, string) (map[string]string, error)
+	ca    *CA
+	rules ruleSet
+	hosts []hostPattern
+	// inspect and all are Config.Inspect and Config.All.
+	inspect []hostPattern
+	all     bool
+	modify  func(*http.Request, string) (map[string]string, error)
 	// redactions is Config.Redactions.
 	redactions func(string) []redact.Pair
 	rec        audit.Recorder
@@ -95,18 +106,20 @@ func New(cfg Config) (*Interceptor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("intercept: %w", err)
 	}
-	var hosts []hostPattern
-	for _, h := range cfg.Hosts {
-		hp, err := parseHostPattern(h)
-		if err != nil {
-			return nil, fmt.Errorf("intercept: %w", err)
-		}
-		hosts = append(hosts, hp)
+	hosts, err := parseHostPatterns(cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	inspect, err := parseHostPatterns(cfg.Inspect)
+	if err != nil {
+		return nil, err
 	}
 	i := &Interceptor{
 		ca:         cfg.CA,
 		rules:      rules,
 		hosts:      hosts,
+		inspect:    inspect,
+		all:        cfg.All,
 		modify:     cfg.Modify,
 		redactions: cfg.Redactions,
 		rec:        cfg.Recorder,
@@ -185,19 +198,44 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// Wants reports whether connections to name should be intercepted: some rule or Hosts entry covers
-// it. Every other name passes through as TLS untouched.
+// Wants reports whether connections to name should be intercepted: some rule, Hosts or Inspect
+// entry covers it, or Config.All. Every other name passes through as TLS untouched.
 func (i *Interceptor) Wants(name string) bool {
-	name = normalName(name)
-	if i.rules.covers(name) {
-		return true
-	}
-	for _, h := range i.hosts {
-		if h.matches(name) {
+	return i.all || i.checks(normalName(name)) || matchesAny(i.inspect, normalName(name))
+}
+
+// OnlyTLS reports whether name is intercepted only to inspect its TLS (Config.Inspect or All) and has
+// no rules or credentials: a connection to it that is not TLS (ssh, a database protocol) then passes
+// as for any host, and plain HTTP is judged request by request by the gateway as for any host. A name
+// with rules or a credential must speak TLS or HTTP, since anything else would go around them.
+func (i *Interceptor) OnlyTLS(name string) bool {
+	return !i.checks(normalName(name)) && i.Wants(name)
+}
+
+// checks reports whether the requests to name are checked against rules or get a credential.
+func (i *Interceptor) checks(name string) bool {
+	return i.rules.covers(name) || matchesAny(i.hosts, name)
+}
+
+func matchesAny(ps []hostPattern, name string) bool {
+	for _, p := range ps {
+		if p.matches(name) {
 			return true
 		}
 	}
 	return false
+}
+
+func parseHostPatterns(hosts []string) ([]hostPattern, error) {
+	var out []hostPattern
+	for _, h := range hosts {
+		hp, err := parseHostPattern(h)
+		if err != nil {
+			return nil, fmt.Errorf("intercept: %w", err)
+		}
+		out = append(out, hp)
+	}
+	return out, nil
 }
 
 // ServeTLS takes a client connection whose first bytes are the TLS ClientHello (the caller has already
@@ -258,6 +296,12 @@ func (c *conn) upstream() string {
 // serve runs an HTTP server (HTTP/1.1, and HTTP/2 when TLS negotiated it) on the one connection c
 // until the connection is closed, a hijacked one (a websocket) is done, or ctx ends.
 func (i *Interceptor) serve(ctx context.Context, c net.Conn, info *conn) error {
+	var gate *framingGate
+	if _, h2 := c.(*tls.Conn); !h2 {
+		// HTTP/1.x: net/http reads only what the gateway's strict reader framed (framing.go).
+		gate = newFramingGate(c)
+		c = gate
+	}
 	done := make(chan struct{})
 	var once sync.Once
 	finish := func() { once.Do(func() { close(done) }) }
@@ -275,6 +319,7 @@ func (i *Interceptor) serve(ctx context.Context, c net.Conn, info *conn) error {
 				finish()
 			case http.StateHijacked:
 				hijacked.Store(true)
+				gate.passThrough() // a websocket: what follows the 101 is not HTTP
 			}
 		},
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -293,6 +338,7 @@ func (i *Interceptor) serve(ctx context.Context, c net.Conn, info *conn) error {
 	_ = srv.Close()
 	_ = ln.Close()
 	c.Close() // a hijacked connection is not the server's to close
+	gate.record(i, info)
 	return err
 }
 

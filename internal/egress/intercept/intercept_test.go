@@ -387,7 +387,7 @@ func TestUpstreamTrust(t *testing.T) {
 // flow both ways; a refused path gets no upgrade.
 func TestWebsocket(t *testing.T) {
 	up := newUpstream(t, nil, false)
-	s := newSetup(t, up, "github.com", false, withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET"}, Paths: []string{"/ws"}}}, Source: "network.http[0]"}))
+	s := newSetup(t, up, "github.com", false, withRules(Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET"}, Paths: []string{"/ws"}, Websocket: true}}, Source: "network.http[0]"}))
 	for _, tc := range []struct {
 		path, upgrade string
 		status        int

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Access is one thing a host's rule allows: any of Methods on any of Paths. An empty Methods allows
@@ -15,6 +16,18 @@ type Access struct {
 	// Paths are globs over the decoded, canonical path (see the package doc): "*" matches any run of
 	// characters, "/" included; everything else matches itself.
 	Paths []string
+	// Body allows a request body on GET, HEAD, OPTIONS, DELETE and TRACE, where a body has no defined
+	// meaning and is otherwise refused: a lenient server may read it as another request or as the
+	// parameters of another action.
+	Body bool
+	// Websocket allows a websocket upgrade (a well-formed handshake, and only that protocol) on these
+	// methods and paths; every other upgrade, and a websocket where this is false, is refused.
+	Websocket bool
+	// Headers names the method-override and URL-rewrite headers (X-HTTP-Method-Override,
+	// X-Original-URL and the like, see isOverrideHeader) allowed on these requests; they are refused
+	// otherwise, since the upstream may act on the method or path they name rather than the one judged.
+	// Names are case-insensitive, and "_" matches "-".
+	Headers []string
 }
 
 // Rule restricts the HTTP requests the sandbox may make to the hosts Host names. A request to such a
@@ -59,8 +72,12 @@ func normalName(name string) string {
 }
 
 type access struct {
-	methods []string // upper case; nil = any
-	paths   []string // nil = any
+	methods   []string // upper case; nil = any
+	paths     []string // nil = any
+	body      bool
+	websocket bool
+	headers   []string // overrideKey form
+	source    string   // "network.http[0].allow[1]", for denials
 }
 
 type rule struct {
@@ -85,7 +102,7 @@ func compileRules(in []Rule) (ruleSet, error) {
 		}
 		c := rule{host: hp, source: src}
 		for j, a := range r.Allow {
-			var ca access
+			ca := access{body: a.Body, websocket: a.Websocket, source: fmt.Sprintf("%s.allow[%d]", src, j)}
 			for _, m := range a.Methods {
 				if m == "" || strings.Trim(strings.ToUpper(m), "ABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
 					return nil, fmt.Errorf("%s: allow[%d]: method %q is not an HTTP method", src, j, m)
@@ -97,6 +114,12 @@ func compileRules(in []Rule) (ruleSet, error) {
 					return nil, fmt.Errorf("%s: allow[%d]: %w", src, j, err)
 				}
 				ca.paths = append(ca.paths, p)
+			}
+			for _, h := range a.Headers {
+				if !validHeaderName(h) || !isOverrideHeader(overrideKey(h)) {
+					return nil, fmt.Errorf("%s: allow[%d]: header %q is not a method-override or URL-rewrite header (only those are refused)", src, j, h)
+				}
+				ca.headers = append(ca.headers, overrideKey(h))
 			}
 			c.allow = append(c.allow, ca)
 		}
@@ -146,9 +169,17 @@ type verdict struct {
 }
 
 // judge decides a request to name with the given method and request-target (as sent: r.RequestURI for
-// HTTP/1.1, :path for HTTP/2). A name no rule covers is allowed: it is intercepted for another reason
-// (credential injection) and the connection-level policy already allowed it.
+// HTTP/1.1, :path for HTTP/2) that asks for nothing else (see judgeExtras). A name no rule covers is
+// allowed: it is intercepted for another reason (credential injection) and the connection-level
+// policy already allowed it.
 func (rs ruleSet) judge(name, method, target string) verdict {
+	return rs.judgeExtras(name, method, target, extras{})
+}
+
+// judgeExtras is judge for a request that also asks for x: it is allowed by an access that allows
+// its method, its path and every one of x; when accesses allow the method and path but not all of
+// x, the denial names the first of them and what to add to it.
+func (rs ruleSet) judgeExtras(name, method, target string, x extras) verdict {
 	var sources []string
 	var matched []*rule
 	for i := range rs {
@@ -164,12 +195,24 @@ func (rs ruleSet) judge(name, method, target string) verdict {
 	if err != nil {
 		return verdict{rule: strings.Join(sources, ", "), reason: err.Error()}
 	}
+	var short *access // the first access that allows the method and path but not all of x
 	for _, r := range matched {
-		for _, a := range r.allow {
-			if a.allows(method, p) {
+		for k := range r.allow {
+			a := &r.allow[k]
+			if !a.allows(method, p) {
+				continue
+			}
+			if reason, _ := a.missing(method, x); reason == "" {
 				return verdict{allow: true, rule: r.source}
 			}
+			if short == nil {
+				short = a
+			}
 		}
+	}
+	if short != nil {
+		reason, fix := short.missing(method, x)
+		return verdict{rule: short.source, reason: reason, fix: fix}
 	}
 	first := matched[0]
 	return verdict{
@@ -259,6 +302,8 @@ var (
 	errDotSeg      = errors.New("path has a dot segment (. or ..)")
 	errNotCanon    = errors.New("path does not clean to itself")
 	errBackslashes = errors.New("path has a backslash")
+	errBadUTF8     = errors.New("path does not decode to valid UTF-8 (an overlong or broken encoding)")
+	errLookalike   = errors.New("path has a character a server may read as a dot, slash, backslash or percent sign")
 )
 
 // canonicalPath returns the decoded path of an origin-form request-target, or an error when the target
@@ -293,6 +338,17 @@ func canonicalPath(target string) (string, error) {
 		}
 	}
 	p := b.String()
+	// Decoded bytes outside ASCII must be UTF-8, and not a look-alike of the characters the checks
+	// below are about: a lenient upstream decodes "%c0%ae" (an overlong ".") or folds "．" (U+FF0E) to
+	// "." and would read "/allowed/%c0%ae%c0%ae/secret" as "/secret".
+	if !utf8.ValidString(p) {
+		return "", errBadUTF8
+	}
+	for _, r := range p {
+		if r >= utf8.RuneSelf && lookalike(r) {
+			return "", errLookalike
+		}
+	}
 	segs := strings.Split(p[1:], "/")
 	for i, seg := range segs {
 		if seg == "" && i != len(segs)-1 {
@@ -310,6 +366,22 @@ func canonicalPath(target string) (string, error) {
 		return "", errNotCanon
 	}
 	return p, nil
+}
+
+// lookalike reports whether r is a character that Unicode normalisation (NFKC, which IIS, Python's
+// and Java's normalisers and some file systems apply) or a best-fit code page conversion turns into
+// ".", "/", "\\" or "%", or that is drawn as one: full-width and small forms, leaders, and the
+// mathematical slashes.
+func lookalike(r rune) bool {
+	switch r {
+	case '\uff0e', '\ufe52', '\u2024', '\u2025', '\u2026', '\u3002', '\uff61', '\u0701', '\u0702', '\ua4f8', '\u2e33', '\u30fb', // dots
+		'\uff0f', '\u2044', '\u2215', '\u29f8', '\u2571', '\u27cb', '\u1735', // slashes
+		'\uff3c', '\ufe68', '\u2216', '\u29f5', '\u29f9', '\u2572', '\u27cd', // backslashes
+		'\uff05', '\ufe6a', '\u2052', // percent signs
+		'\u0338', '\u20e5', '\u20eb': // combining overlays drawn as slashes
+		return true
+	}
+	return false
 }
 
 func isHex(c byte) bool {

@@ -46,6 +46,20 @@ func TestCanonicalPath(t *testing.T) {
 		{"/acme/app.git/x y", "", errBadByte},
 		{"/acme/app.git/\x7f", "", errBadByte},
 		{"/acme/app.git/\xc3\xa9", "", errBadByte},
+		// Decoded bytes must be UTF-8, and not spell a dot, slash, backslash or percent sign another way.
+		{"/acme/app.git/%c0%ae%c0%ae/secret", "", errBadUTF8},         // overlong "."
+		{"/acme/app.git/..%c0%af..%c0%afsecret", "", errBadUTF8},      // overlong "/"
+		{"/acme/app.git/%e0%80%ae%e0%80%ae/x", "", errBadUTF8},        // three-byte overlong "."
+		{"/acme/app.git/%ed%a0%80", "", errBadUTF8},                   // a surrogate
+		{"/acme/app.git/%ff", "", errBadUTF8},                         // not UTF-8 at all
+		{"/acme/app.git/%ef%bc%8e%ef%bc%8e/secret", "", errLookalike}, // full-width "."
+		{"/acme/app.git/..%ef%bc%8fsecret", "", errLookalike},         // full-width "/"
+		{"/acme/app.git/..%ef%bc%bcsecret", "", errLookalike},         // full-width "\"
+		{"/acme/app.git/%e2%80%a4%e2%80%a4/x", "", errLookalike},      // one dot leader
+		{"/acme/app.git/..%e2%81%84x", "", errLookalike},              // fraction slash
+		{"/acme/app.git/..%e2%88%95x", "", errLookalike},              // division slash
+		{"/acme/app.git/%ef%bc%85%32%65", "", errLookalike},           // full-width "%"
+		{"/acme/app.git/%e2%82%ac", "/acme/app.git/€", nil},
 	} {
 		got, err := canonicalPath(tc.target)
 		if !errors.Is(err, tc.err) || got != tc.want {

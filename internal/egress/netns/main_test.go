@@ -221,8 +221,10 @@ func testPorts() Ports { return Ports{Transparent: 15001, Proxy: 3128, DNS: 53} 
 // noRaceExitDelay stops a helper built with -race from sleeping a second when it exits.
 const noRaceExitDelay = "GORACE=atexit_sleep_ms=0"
 
-// probeTimeout bounds every probe; probes that are expected to time out run in parallel.
-const probeTimeout = 700 * time.Millisecond
+// probeTimeout bounds every probe; probes that are expected to time out run in parallel, so it is paid
+// about once per test. It is generous because a probe that should land must not time out on a loaded
+// two-CPU machine (at 700 ms, a connection to the transparent listener timed out under the full suite).
+const probeTimeout = 3 * time.Second
 
 // testNS is a throw-away network namespace held by a child process.
 type testNS struct {

@@ -164,6 +164,10 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 		s.ev.BytesOut, s.ev.BytesIn = c.read.Load(), c.written.Load()
 		return
 	}
+	if bodyRefused(req) {
+		s.httpDeny(refuse(reasonBodyOnSafe), 400, a.host, port)
+		return
+	}
 	up, ok := s.dialOrAnswer(ctx, a.host, port, d)
 	if !ok {
 		return
@@ -179,13 +183,11 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 		total := int64(n)
 		if err == nil {
 			var m int64
-			switch {
-			case req.chunked:
-				m, err = copyChunked(up, br)
-			case req.contentLength > 0:
-				m, err = io.CopyN(up, br, req.contentLength)
-			}
+			m, err = s.copyBody(up, br, req)
 			total += m
+		}
+		if err != nil {
+			up.Close() // the server never gets the rest; stop waiting for its answer
 		}
 		sent <- result{total, err}
 	}()
@@ -199,6 +201,11 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 	_ = s.client.SetReadDeadline(time.Now())
 	r := <-sent
 	s.ev.BytesOut = r.n
+	if errors.Is(r.err, errMalformed) && in == 0 {
+		s.detail("error", "request body: "+r.err.Error())
+		s.httpDeny(refuse(reasonBadRequest), 400, a.host, port)
+		return
+	}
 	if err != nil {
 		if in == 0 {
 			writeStatus(s.client, 502, fmt.Sprintf("cordon: bad response from %s:%d\n", a.host, port))
@@ -211,23 +218,15 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 	lingeringClose(s.client)
 }
 
-// originForm rewrites an absolute-form request head for the origin server: the target in origin form,
-// the proxy's hop-by-hop headers dropped, Host added if the client left it out, "Connection: close".
+// originForm rewrites an absolute-form request head for the origin server (see upstreamHead): the
+// target in origin form, the proxy's hop-by-hop headers dropped, Host from the URI if the client
+// left it out, "Connection: close".
 func originForm(req *request) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s\r\n", req.method, req.pathQuery, req.version)
-	if !req.hasHost {
-		fmt.Fprintf(&b, "Host: %s\r\n", req.uri)
+	host := req.uri.String()
+	if req.hasHost {
+		host = req.host.String()
 	}
-	for _, f := range req.fields {
-		switch strings.ToLower(f.name) {
-		case "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer":
-			continue
-		}
-		fmt.Fprintf(&b, "%s: %s\r\n", f.name, f.value)
-	}
-	b.WriteString("Connection: close\r\n\r\n")
-	return b.String()
+	return upstreamHead(req, host, true, "proxy-authorization")
 }
 
 // relayResponse copies the upstream's response to a forwarded request to the client: interim 1xx

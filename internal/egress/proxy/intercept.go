@@ -19,6 +19,9 @@ import (
 type Interceptor interface {
 	// Wants reports whether connections to name are intercepted.
 	Wants(name string) bool
+	// OnlyTLS reports, for a name it wants, that only TLS is to be intercepted (inspected for
+	// SNI/Host agreement): other protocols pass as for a host that is not intercepted.
+	OnlyTLS(name string) bool
 	// ServeTLS serves a connection whose first bytes are a ClientHello for name.
 	ServeTLS(ctx context.Context, client net.Conn, name string, port uint16) error
 	// ServePlain serves a plain-HTTP connection to name, starting with its first request head.
@@ -30,9 +33,16 @@ type Interceptor interface {
 // around them.
 const reasonNotHTTP = "neither TLS nor HTTP to a host whose requests are checked"
 
-// intercepts reports whether connections to name go to the interceptor.
+// intercepts reports whether every connection to name goes to the interceptor, which then takes
+// only TLS and HTTP.
 func (g *Gateway) intercepts(name string) bool {
-	return g.cfg.Intercept != nil && g.cfg.Intercept.Wants(name)
+	return g.cfg.Intercept != nil && g.cfg.Intercept.Wants(name) && !g.cfg.Intercept.OnlyTLS(name)
+}
+
+// inspectsTLS reports whether name's TLS alone goes to the interceptor: the connection is dialled
+// and relayed as for any host, and handed over once its first bytes turn out to be a ClientHello.
+func (g *Gateway) inspectsTLS(name string) bool {
+	return g.cfg.Intercept != nil && g.cfg.Intercept.Wants(name) && g.cfg.Intercept.OnlyTLS(name)
 }
 
 // intercept hands a judged, allowed connection to the interceptor: the client's first bytes must name
@@ -55,6 +65,11 @@ func (g *Gateway) intercept(ctx context.Context, s *session, br *bufio.Reader, n
 		}
 		return
 	}
+	g.serveIntercepted(ctx, s, br, sn, name, port)
+}
+
+// serveIntercepted hands a connection whose first bytes were sniffed and judged to the interceptor.
+func (g *Gateway) serveIntercepted(ctx context.Context, s *session, br *bufio.Reader, sn sniffed, name string, port uint16) {
 	s.detail("intercepted", "true")
 	var replay []byte
 	serve := g.cfg.Intercept.ServeTLS

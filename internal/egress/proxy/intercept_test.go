@@ -20,6 +20,8 @@ type answeringInterceptor struct {
 	g    *Gateway
 	leaf tls.Certificate
 	want map[string]bool
+	// onlyTLS are the wanted names inspected for TLS alone (network.tls.inspect).
+	onlyTLS map[string]bool
 
 	mu     sync.Mutex
 	served []string
@@ -27,6 +29,8 @@ type answeringInterceptor struct {
 }
 
 func (a *answeringInterceptor) Wants(name string) bool { return a.want[name] }
+
+func (a *answeringInterceptor) OnlyTLS(name string) bool { return a.onlyTLS[name] }
 
 func (a *answeringInterceptor) ServeTLS(ctx context.Context, c net.Conn, name string, port uint16) error {
 	tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{a.leaf}})
@@ -174,5 +178,50 @@ func TestDialUpstreamRefuses(t *testing.T) {
 		} else if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("DialUpstream(%s:%d): %v, want %q", tc.name, tc.port, err, tc.want)
 		}
+	}
+}
+
+// TestInspectOnlyTLS: a host inspected for SNI/Host agreement alone has its TLS intercepted, on the
+// transparent path and in a CONNECT tunnel, while another protocol to it (ssh, whose server speaks
+// first) is relayed as for any host instead of being refused.
+func TestInspectOnlyTLS(t *testing.T) {
+	ic := &answeringInterceptor{want: map[string]bool{"own.test": true}, onlyTLS: map[string]bool{"own.test": true}}
+	h := newHarness(t, func(c *Config) { c.Intercept = ic })
+	ic.g, ic.leaf = h.g, h.pki.leaf
+	tlsUp := h.httpsUpstream()
+	sshUp := h.echoUpstream("SSH-2.0-upstream\r\n")
+	h.pol.allow("own.test", tlsUp.port, loopback)
+	h.pol.allow("own.test", sshUp.port, loopback)
+
+	got, err := h.tlsGet("own.test", tlsUp.port, &tls.Config{ServerName: "own.test"})
+	if err != nil || !strings.Contains(got, fmt.Sprintf("tls own.test:%d GET own.test:%d /", tlsUp.port, tlsUp.port)) {
+		t.Fatalf("inspected TLS did not reach the interceptor: %q, %v", got, err)
+	}
+	c, err := h.dialMapped("own.test", sshUp.port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rawExchange(c, "SSH-2.0-OpenSSH_9.2\r\n"); err != nil || got != "SSH-2.0-upstream\r\nSSH-2.0-OpenSSH_9.2\r\n" {
+		t.Fatalf("ssh to an inspected host: %q, %v (want the upstream's greeting and the echo)", got, err)
+	}
+	c, err = net.Dial("tcp", h.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT own.test:%d HTTP/1.1\r\nHost: own.test:%d\r\n\r\n", tlsUp.port, tlsUp.port)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "own.test", RootCAs: h.pki.pool})
+	got, err = rawExchange(tc, fmt.Sprintf("GET /z HTTP/1.1\r\nHost: own.test:%d\r\nConnection: close\r\n\r\n", tlsUp.port))
+	if err != nil || !strings.Contains(got, "tls own.test") || !strings.Contains(got, "/z") {
+		t.Fatalf("inspected TLS in a CONNECT tunnel: %q %v", got, err)
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if len(ic.served) != 2 {
+		t.Errorf("interceptor served %d connections, want the 2 TLS ones: %q", len(ic.served), ic.served)
 	}
 }

@@ -12,6 +12,11 @@
 // and refuses addresses that would reach this host or its network (loopback, link-local such as the
 // cloud metadata service, private ranges, this host's own addresses) unless the policy pins the name
 // there. Every connection ends as exactly one audit.Event.
+//
+// Plain HTTP is read by the strict parser of package http1 and forwarded one request at a time, each
+// judged like the first and written upstream by the gateway from what it parsed (httpforward.go), so
+// a server can only read the requests the gateway read: never a smuggled one in a body or after
+// framing the parser refuses.
 package proxy
 
 import (

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -48,6 +47,7 @@ func refuse(reason string) egress.Decision {
 // stops while it runs.
 type session struct {
 	g      *Gateway
+	ctx    context.Context // the gateway's: ends when it stops
 	client net.Conn
 	start  time.Time
 	ev     audit.Event
@@ -59,7 +59,7 @@ type session struct {
 }
 
 func (g *Gateway) newSession(ctx context.Context, c net.Conn, via string) *session {
-	s := &session{g: g, client: c, start: time.Now(), conns: []net.Conn{c}}
+	s := &session{g: g, ctx: ctx, client: c, start: time.Now(), conns: []net.Conn{c}}
 	s.ev = audit.Event{Kind: "connect", Decision: "deny", Detail: map[string]string{"via": via}}
 	s.stop = context.AfterFunc(ctx, s.abort)
 	return s
@@ -252,19 +252,22 @@ func checkRequest(r *request, name string, port uint16) string {
 // pass judges and relays a connection to name:port whose upstream is already dialed and whose policy
 // decision allowed it. Bytes from the upstream flow to the client at once (a server may speak first,
 // and it is the server the policy allowed); bytes from the client flow only once its first bytes
-// passed judge. Each direction half-closes the other side when it ends cleanly, and a failure in
-// either resets both.
+// passed judge. Plain HTTP is then forwarded request by request (serveHTTP); anything else is
+// relayed both ways, each direction half-closing the other side when it ends cleanly, and a failure
+// in either resetting both.
 func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) {
 	c := s.client
 	type result struct {
 		n   int64
 		err error
 	}
-	var refusing atomic.Bool
+	// stopped is set when the gateway itself stops the upstream-to-client relay: to refuse, or to
+	// forward plain HTTP request by request instead.
+	var stopped atomic.Bool
 	down := make(chan result, 1)
 	go func() {
 		n, err := s.g.bufs.relay(c, up)
-		if !refusing.Load() {
+		if !stopped.Load() {
 			if err == nil {
 				closeWrite(c)
 			} else {
@@ -276,8 +279,8 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 	}()
 	finish := func() {
 		r := <-down
-		s.ev.BytesIn = r.n
-		if r.err != nil && !refusing.Load() && s.ev.Detail["error"] == "" {
+		s.ev.BytesIn += r.n
+		if r.err != nil && !stopped.Load() && s.ev.Detail["error"] == "" {
 			s.detail("error", "from upstream: "+r.err.Error())
 		}
 	}
@@ -290,7 +293,7 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		return
 	}
 	if d, ok := s.judge(sn, name, port); !ok {
-		refusing.Store(true)
+		stopped.Store(true)
 		up.Close()
 		finish()
 		if sn.kind == kindHTTP {
@@ -304,28 +307,39 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		}
 		return
 	}
+	if sn.kind == kindTLS && s.g.inspectsTLS(name) {
+		// TLS to a host inspected for SNI/Host agreement: the interceptor dials its own upstream. A
+		// TLS server never speaks first, so nothing of this one reached the client.
+		stopped.Store(true)
+		up.Close()
+		finish()
+		s.g.serveIntercepted(s.ctx, s, br, sn, name, port)
+		return
+	}
+	if sn.kind == kindHTTP {
+		// Whatever the server said before the request went to the client as it came; from here on
+		// its bytes are read as responses.
+		stopped.Store(true)
+		_ = up.SetReadDeadline(time.Now())
+		finish()
+		_ = up.SetReadDeadline(time.Time{})
+		s.serveHTTP(br, up, sn.req, name, port)
+		return
+	}
 
 	// Client to upstream: the sniffed bytes, then the rest.
-	var out int64
-	if sn.kind == kindHTTP {
-		out, err = s.forwardRequests(up, br, sn.req, name, port)
-	} else {
-		var n int
-		n, err = up.Write(sn.prefix)
-		out = int64(n)
-		if err == nil {
-			var m int64
-			m, err = s.g.bufs.relay(up, c)
-			out += m
-		}
+	n, err := up.Write(sn.prefix)
+	out := int64(n)
+	if err == nil {
+		var m int64
+		m, err = s.g.bufs.relay(up, c)
+		out += m
 	}
 	s.ev.BytesOut = out
 	if err == nil {
 		closeWrite(up)
 	} else {
-		if !errors.Is(err, errRefusedRequest) {
-			s.detail("error", "from client: "+err.Error())
-		}
+		s.detail("error", "from client: "+err.Error())
 		reset(c)
 		s.abort()
 	}
@@ -337,60 +351,5 @@ func closeWrite(c net.Conn) {
 		_ = cw.CloseWrite()
 	} else {
 		c.Close()
-	}
-}
-
-// errRefusedRequest ends a plain-HTTP connection whose later request was refused.
-var errRefusedRequest = errors.New("request refused")
-
-// forwardRequests relays plain-HTTP requests from br to up, checking every request head on the
-// connection and not only the first, since a later request on a kept-alive connection could name
-// another host. Bodies are copied by their framing, so the next head is found where the server will
-// find it. A refused later request cannot get a 403 (the server's answers are relayed as they come),
-// so the connection is reset instead.
-func (s *session) forwardRequests(up io.Writer, br *bufio.Reader, first *request, name string, port uint16) (int64, error) {
-	var total int64
-	for req := first; ; {
-		n, err := up.Write(req.raw)
-		total += int64(n)
-		if err != nil {
-			return total, err
-		}
-		var m int64
-		switch {
-		case req.chunked:
-			m, err = copyChunked(up, br)
-		case req.contentLength > 0:
-			m, err = io.CopyN(up, br, req.contentLength)
-			err = unexpected(err)
-		}
-		total += m
-		if err != nil {
-			return total, err
-		}
-		raw, err := readHead(br, maxHead)
-		if errors.Is(err, io.EOF) {
-			return total, nil // the client is done
-		}
-		if err != nil && !errors.Is(err, errMalformed) {
-			// The connection failed (a client that closes with part of the answer unread resets it)
-			// before a whole head arrived: nothing of it was forwarded, and nothing was refused.
-			return total, fmt.Errorf("waiting for the next request: %w", err)
-		}
-		if err == nil {
-			req, err = parseRequest(raw)
-		}
-		if err != nil {
-			s.decided(refuse(reasonBadRequest))
-			s.detail("error", "later request: "+err.Error())
-			return total, errRefusedRequest
-		}
-		if reason := checkRequest(req, name, port); reason != "" {
-			d := refuse(reason)
-			s.decided(d)
-			s.detail("refused_request", truncate(req.method+" "+req.host.String()+req.path, 200))
-			s.g.notify(d, name, port)
-			return total, errRefusedRequest
-		}
 	}
 }

@@ -445,7 +445,7 @@ func mustSplit(addr string) (string, uint16) {
 }
 
 // keepAlive sends two requests on one connection, the second with Host host once the first is
-// answered, and returns both answers.
+// answered, and returns both answers (an error for one that is not 200 OK).
 func keepAlive(h *harness, name string, port uint16, host string) (string, error) {
 	c, err := h.dialMapped(name, port)
 	if err != nil {
@@ -469,6 +469,9 @@ func keepAlive(h *harness, name string, port uint16, host string) (string, error
 		if err != nil {
 			return out, err
 		}
+		if resp.StatusCode != http.StatusOK {
+			return out, fmt.Errorf("request %d: %s", i, resp.Status)
+		}
 	}
 	return out, nil
 }
@@ -482,7 +485,7 @@ func TestTransparentKeepAliveSecondRequest(t *testing.T) {
 	h.pol.allow("evil.test", u.port, loopback)
 	out, err := keepAlive(h, "api.test", u.port, "evil.test")
 	if err == nil || !strings.Contains(out, fmt.Sprintf("hello api.test:%d GET /0", u.port)) {
-		t.Fatalf("want the first answer and then a reset: %q, %v", out, err)
+		t.Fatalf("want the first answer and then a 403: %q, %v", out, err)
 	}
 	h.rec.waitFor(t, 0, "refusing the second request", func(e audit.Event) bool {
 		return e.Reason == reasonHostMismatch && strings.Contains(e.Detail["refused_request"], "evil.test")

@@ -81,6 +81,8 @@ type Launched struct {
 	tty      bool
 	egress   *sandbox.EgressPorts
 	finished bool
+	// hostIDs are the host ids the sandbox user maps to when cordon runs as root; nil rootless.
+	hostIDs *hostIDs
 }
 
 // Launch clones init. The caller must call Start or Abort.
@@ -147,6 +149,23 @@ func (l *Launched) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	l.s.timeout = spec.Limits.Timeout
 	if err := l.b.limits(l.exe, spec.Limits, l.s, &cfg); err != nil {
 		return fail(err)
+	}
+	if l.hostIDs != nil {
+		// As root, cordon opens what the sandbox shows of the host itself (idmap.go) and hands it
+		// to init before the config that says so.
+		files, err := openHostSources(l.exe, spec, *l.hostIDs, l.b.warn)
+		if err == nil {
+			err = sendHostSources(int(l.statR.Fd()), files)
+			closeAll(files)
+		}
+		var se *sandbox.SetupError
+		if errors.As(err, &se) {
+			return fail(se)
+		}
+		if err != nil {
+			return fail(&sandbox.SetupError{Step: "opening the workspace and policy paths", Err: err})
+		}
+		cfg.HostSources = true
 	}
 	l.finished = true
 	if err := l.s.start(&cfg, l.cfgW, l.statR); err != nil {
@@ -285,7 +304,12 @@ func (l *Launched) clone(opts LaunchOptions) error {
 		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
-	hostUID, hostGID := os.Getuid(), os.Getgid()
+	uidMap, gidMap, cred, err := l.idMappings(opts.User)
+	if err != nil {
+		cfgW.Close()
+		statR.Close()
+		return &sandbox.SetupError{Step: "choosing the sandbox's host ids", Err: err}
+	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		// The runtime is told to use one processor: init's work is one sequence on one locked
@@ -297,9 +321,10 @@ func (l *Launched) clone(opts LaunchOptions) error {
 		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.UID, HostID: hostUID, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: opts.User.GID, HostID: hostGID, Size: 1}},
-			GidMappingsEnableSetgroups: false,
+			UidMappings:                uidMap,
+			GidMappings:                gidMap,
+			GidMappingsEnableSetgroups: cred != nil,
+			Credential:                 cred,
 			AmbientCaps:                initCaps,
 			// If cordon dies by any means, the kernel kills init, and with pid 1 gone every process
 			// of the sandbox's pid namespace dies with it.
@@ -331,6 +356,29 @@ func (l *Launched) clone(opts LaunchOptions) error {
 	l.cfgW, l.statR = cfgW, statR
 	go l.s.wait()
 	return nil
+}
+
+// idMappings says how the sandbox's user namespace maps the sandbox user. Rootless, the user's
+// own uid and gid are the only ids mapped (to the same user inside, or to uid 1000). As root, the
+// user is mapped to unprivileged host ids of cordon's reserved range (idmap.go), never to 0: init
+// then has to take that uid itself (cred), since it starts as host root, unmapped in the new
+// namespace, and it clears root's supplementary groups (which would otherwise stay with it, unseen,
+// and keep root's group rights), so setgroups must be allowed there. Nothing in the sandbox can
+// call setgroups later: every capability is dropped before the command runs.
+func (l *Launched) idMappings(u sandbox.User) (uidMap, gidMap []syscall.SysProcIDMap, cred *syscall.Credential, err error) {
+	hostUID, hostGID := os.Getuid(), os.Getgid()
+	if hostUID == 0 {
+		ids, err := rootHostIDs(u, hostIDFiles())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		l.hostIDs = &ids
+		hostUID, hostGID = ids.UID, ids.GID
+		cred = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}
+	}
+	uidMap = []syscall.SysProcIDMap{{ContainerID: u.UID, HostID: hostUID, Size: 1}}
+	gidMap = []syscall.SysProcIDMap{{ContainerID: u.GID, HostID: hostGID, Size: 1}}
+	return uidMap, gidMap, cred, nil
 }
 
 // start places init in the run's cgroup, sends it the config and waits for its verdict.

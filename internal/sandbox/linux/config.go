@@ -33,6 +33,10 @@ type initConfig struct {
 	// and V8 reserve without using (under RLIMIT_AS of a few hundred MiB a Go program cannot start).
 	RlimitData  uint64 `json:"rlimitData,omitempty"`
 	LandlockABI int    `json:"landlockABI"`
+	// HostSources is set when cordon runs as root: the workspace and policy paths then come as
+	// descriptors of detached mounts that cordon made on the host (see idmap.go), in one message on
+	// the status channel sent before this config, rather than as paths init looks up itself.
+	HostSources bool `json:"hostSources,omitempty"`
 }
 
 // etcEntry is one allowed entry of the host's /etc, already resolved by the parent.

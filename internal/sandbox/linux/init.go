@@ -131,7 +131,17 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	if err := step("setting the host name", unix.Sethostname([]byte(hostname))); err != nil {
 		return 0, nil, err
 	}
-	if err := buildRoot(cfg); err != nil {
+	var srcs *hostSources
+	if cfg.HostSources {
+		var err error
+		srcs, err = receiveHostSources(statusFD, spec)
+		if err := step("receiving the workspace and policy paths", err); err != nil {
+			return 0, nil, err
+		}
+	}
+	err := buildRoot(cfg, srcs)
+	srcs.close() // attached now, or never: init keeps nothing of the host's open
+	if err != nil {
 		return 0, nil, err
 	}
 	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr

@@ -77,12 +77,13 @@ func buildBase() error {
 }
 
 // buildRoot completes the root that buildBase began with what the spec names, and pivots into it,
-// leaving nothing of the host visible but what the spec names.
-func buildRoot(cfg *initConfig) error {
+// leaving nothing of the host visible but what the spec names. srcs, when cordon runs as root, are
+// the workspace and policy paths as cordon opened them on the host.
+func buildRoot(cfg *initConfig, srcs *hostSources) error {
 	spec := &cfg.Spec
 	return runSteps([]rootStep{
 		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
-		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec) }},
+		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec, srcs) }},
 		{"masking denied paths", func() error { return maskPaths(spec.Masks) }},
 		{"making workspace paths read-only", func() error { return readOnlyPaths(spec.ReadOnly) }},
 		{"sealing the root", func() error {
@@ -290,7 +291,10 @@ type treeMount struct {
 	mount  func(dst string) error
 }
 
-func mountTree(spec *sandbox.Spec) error {
+// mountTree mounts the sandbox's own tree: /tmp, home, the workspace and the policy paths. With
+// srcs (cordon runs as root) the workspace and policy paths are attached from the descriptors
+// cordon made on the host instead of bound from host paths.
+func mountTree(spec *sandbox.Spec, srcs *hostSources) error {
 	tmpfs := func(mode string) func(string) error {
 		return func(dst string) error {
 			if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -306,15 +310,28 @@ func mountTree(spec *sandbox.Spec) error {
 	ws := spec.Workspace
 	mounts = append(mounts, treeMount{target: ws.Path, mount: func(dst string) error {
 		if ws.Overlay != nil {
-			if err := mountOverlay(host(ws.Source), host(ws.Overlay.Upper), host(ws.Overlay.Work), dst); err != nil {
+			lower, upper, work := host(ws.Source), host(ws.Overlay.Upper), host(ws.Overlay.Work)
+			if srcs != nil {
+				var err error
+				if lower, upper, work, err = attachLayers(srcs, ws.Overlay); err != nil {
+					return err
+				}
+			}
+			if err := mountOverlay(lower, upper, work, dst); err != nil {
 				return &sandbox.SetupError{Step: StepOverlay, Err: err}
 			}
 			return nil
 		}
+		if srcs != nil {
+			return attachMount(srcs.workspace, dst, true)
+		}
 		return bindMount(host(ws.Source), dst, true)
 	}})
-	for _, m := range spec.Mounts {
+	for i, m := range spec.Mounts {
 		mounts = append(mounts, treeMount{target: m.Path(), mount: func(dst string) error {
+			if srcs != nil {
+				return attachMount(srcs.mounts[i], dst, m.Writable)
+			}
 			return bindMount(host(m.Source), dst, m.Writable)
 		}})
 	}
@@ -329,6 +346,55 @@ func mountTree(spec *sandbox.Spec) error {
 			}
 			return fmt.Errorf("%s: %w", m.target, err)
 		}
+	}
+	return nil
+}
+
+// Where the workspace's layers, as cordon opened them on the host, are attached in the scratch root
+// for the overlay to be mounted from them; the scratch root, and they with it, is detached at the
+// final pivot.
+const (
+	scratchLower  = "/ws-lower"
+	scratchLayers = "/ws-layers"
+)
+
+// attachLayers attaches the overlay's idmapped lower layer and the directory of its upper and work
+// directories in the scratch root and returns the three paths.
+func attachLayers(srcs *hostSources, o *sandbox.Overlay) (lower, upper, work string, err error) {
+	for _, a := range []struct {
+		f   *os.File
+		dst string
+	}{{srcs.workspace, scratchLower}, {srcs.layers, scratchLayers}} {
+		if err := os.Mkdir(a.dst, 0o700); err != nil {
+			return "", "", "", err
+		}
+		if err := unix.MoveMount(int(a.f.Fd()), "", unix.AT_FDCWD, a.dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return "", "", "", fmt.Errorf("attaching %s: %w", a.f.Name(), err)
+		}
+	}
+	return scratchLower, filepath.Join(scratchLayers, filepath.Base(o.Upper)), filepath.Join(scratchLayers, filepath.Base(o.Work)), nil
+}
+
+// attachMount attaches a detached mount that cordon made on the host at dst (created like its
+// root: a directory or an empty file), and applies read-only (unless writable), nosuid and nodev
+// to the whole subtree, as bindMount does for a host path.
+func attachMount(f *os.File, dst string, writable bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	if err := ensureTarget(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
+		return err
+	}
+	if err := unix.MoveMount(int(f.Fd()), "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attaching %s: %w", f.Name(), err)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", strings.TrimPrefix(dst, newRoot), err)
 	}
 	return nil
 }

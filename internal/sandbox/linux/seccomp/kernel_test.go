@@ -150,7 +150,39 @@ func attempts() []attempt {
 		// Sockets.
 		{"socket AF_PACKET", func(childEnv) string {
 			return fdResult(unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0x0300 /* htons(ETH_P_ALL) */))
-		}, "EPERM", "", "ok", ""},
+		}, "EAFNOSUPPORT", "", "ok", ""},
+		// Families the allowlist refuses: without the filter each works where the kernel has it
+		// (vsock in a VM, XDP, AF_ALG with the crypto API), else the host cannot show anything.
+		{"socket AF_VSOCK stream", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0))
+		}, "EAFNOSUPPORT", "", "ok", "EAFNOSUPPORT"},
+		{"socket AF_VSOCK seqpacket", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_VSOCK, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0))
+		}, "EAFNOSUPPORT", "", "ok", "EAFNOSUPPORT"},
+		{"socket AF_XDP", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0))
+		}, "EAFNOSUPPORT", "", "ok", "EAFNOSUPPORT"},
+		{"socket AF_ALG", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_ALG, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0))
+		}, "EAFNOSUPPORT", "", "ok", "EAFNOSUPPORT"},
+		{"socket AF_KEY", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_KEY, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 2 /* PF_KEY_V2 */))
+		}, "EAFNOSUPPORT", "", "ok", "EAFNOSUPPORT"},
+		{"socket NETLINK_NETFILTER", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER))
+		}, "EPROTONOSUPPORT", "", "ok", "EPROTONOSUPPORT"},
+		{"socket NETLINK_GENERIC", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_GENERIC))
+		}, "EPROTONOSUPPORT", "", "ok", "EPROTONOSUPPORT"},
+		{"socket NETLINK_AUDIT", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT))
+		}, "EPROTONOSUPPORT", "", "ok", "EPROTONOSUPPORT"},
+		{"socket NETLINK_KOBJECT_UEVENT", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_KOBJECT_UEVENT))
+		}, "EPROTONOSUPPORT", "", "ok", "EPROTONOSUPPORT"},
+		{"socket AF_INET IPPROTO_SMC", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_SMC))
+		}, "EPERM", "", "ok", "EPROTONOSUPPORT"},
 		{"socket AF_INET SOCK_RAW|SOCK_NONBLOCK", func(childEnv) string {
 			return fdResult(unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK, unix.IPPROTO_ICMP))
 		}, "EPERM", "", "ok", ""},
@@ -172,6 +204,12 @@ func attempts() []attempt {
 		{"socket AF_NETLINK SOCK_RAW (getifaddrs)", func(childEnv) string {
 			_, err := net.Interfaces()
 			return result(err)
+		}, "ok", "", "ok", ""},
+		{"socket NETLINK_SOCK_DIAG (ss)", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG))
+		}, "ok", "", "ok", ""},
+		{"socket AF_INET6 UDP", func(childEnv) string {
+			return fdResult(unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0))
 		}, "ok", "", "ok", ""},
 		{"socket AF_UNIX + socketpair", func(childEnv) string {
 			if _, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {

@@ -29,6 +29,12 @@ const (
 	// ActENOSYS fails the call with ENOSYS, which tells callers to fall back to an older interface
 	// (glibc falls back from clone3 to clone, which the filter can inspect).
 	ActENOSYS = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
+	// ActEAFNOSUPPORT fails socket(2) with EAFNOSUPPORT, what a kernel built without the address
+	// family says, so programs take the path they take on such kernels (no vsock, no bluetooth).
+	ActEAFNOSUPPORT = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT))
+	// ActEPROTONOSUPPORT fails socket(2) with EPROTONOSUPPORT, what the kernel says of a netlink
+	// protocol it lacks; libaudit, for one, then carries on as on a kernel without audit.
+	ActEPROTONOSUPPORT = Action(unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT))
 	// ActKillProcess kills the whole process with SIGSYS, for calls no legitimate program makes.
 	ActKillProcess = Action(unix.SECCOMP_RET_KILL_PROCESS)
 )
@@ -42,6 +48,10 @@ func (a Action) String() string {
 		return "EPERM"
 	case ActENOSYS:
 		return "ENOSYS"
+	case ActEAFNOSUPPORT:
+		return "EAFNOSUPPORT"
+	case ActEPROTONOSUPPORT:
+		return "EPROTONOSUPPORT"
 	case ActKillProcess:
 		return "KILL_PROCESS"
 	}
@@ -50,7 +60,7 @@ func (a Action) String() string {
 
 func (a Action) known() bool {
 	switch a {
-	case ActAllow, ActEPERM, ActENOSYS, ActKillProcess:
+	case ActAllow, ActEPERM, ActENOSYS, ActEAFNOSUPPORT, ActEPROTONOSUPPORT, ActKillProcess:
 		return true
 	}
 	return false

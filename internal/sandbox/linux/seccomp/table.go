@@ -142,20 +142,36 @@ func terminalRules() []Rule {
 	}
 }
 
-// socketRules keep every packet on the path the egress gateway controls: no link-layer or raw IP
-// sockets, which forge traffic past the redirection, and no MPTCP, which Landlock's TCP rules do not
-// cover. socketpair gets the same conditions; the kernel refuses most of them there already, so the
-// rules cost nothing and keep the two calls in step.
+// socketRules keep every packet on the path the egress gateway controls and the kernel's socket code
+// small. The family is an allowlist, not a denylist: unix, IPv4, IPv6 and netlink are all a coding
+// agent uses, and every other family either is not network-namespaced (vsock reaches the hypervisor
+// and other VMs around the netns and the gateway) or leaves the IP path the gateway sees (packet,
+// bluetooth, CAN, TIPC, RDS, XDP), or is kernel attack surface nothing here needs (AF_ALG, AF_KEY,
+// KCM). Refused families get EAFNOSUPPORT, so programs act as on a kernel built without them. A family
+// added to Linux later is refused too. Netlink is kept to route (getaddrinfo, getifaddrs,
+// if_nameindex, ip) and sock_diag (ss), both confined to the sandbox's netns; the rest (netfilter,
+// xfrm, generic netlink, audit, uevents, crypto) is host administration or large attack surface, and
+// EPROTONOSUPPORT makes libaudit and libudev carry on as without the protocol. Within IPv4 and IPv6:
+// no raw sockets, which forge traffic past the redirection, and no MPTCP or SMC, which Landlock's TCP
+// rules do not cover. socketpair gets the same conditions; the kernel refuses most of them there
+// already, so the rules cost nothing and keep the two calls in step.
 func socketRules(name string, nr uint32) []Rule {
 	inet := argIn(0, 0xffffffff, k("AF_INET", unix.AF_INET), k("AF_INET6", unix.AF_INET6))
 	return []Rule{
-		deny(name, nr, "packet sockets read and forge link-layer traffic, bypassing the egress gateway",
-			argIn(0, 0xffffffff, k("AF_PACKET", unix.AF_PACKET))),
+		{Syscall: name, Nr: nr, Action: ActEAFNOSUPPORT,
+			Reason: "only unix, IPv4, IPv6 and netlink: vsock escapes the netns, packet and the rest bypass the gateway or are unneeded attack surface",
+			When: []Cond{{Arg: 0, Mask: 0xffffffff, Op: NoneOf, Values: []Const{
+				k("AF_UNIX", unix.AF_UNIX), k("AF_INET", unix.AF_INET), k("AF_INET6", unix.AF_INET6), k("AF_NETLINK", unix.AF_NETLINK),
+			}}}},
+		{Syscall: name, Nr: nr, Action: ActEPROTONOSUPPORT,
+			Reason: "netlink only for route and sock_diag, confined to the netns; netfilter, xfrm, generic, audit, uevent are host administration or attack surface",
+			When: []Cond{argIn(0, 0xffffffff, k("AF_NETLINK", unix.AF_NETLINK)), {Arg: 2, Mask: 0xffffffff, Op: NoneOf, Values: []Const{
+				k("NETLINK_ROUTE", unix.NETLINK_ROUTE), k("NETLINK_SOCK_DIAG", unix.NETLINK_SOCK_DIAG),
+			}}}},
 		deny(name, nr, "raw sockets forge IP past the gateway; AF_INET+SOCK_PACKET is a packet socket; netlink and unix raw are harmless",
-			argIn(1, sockTypeMask, k("SOCK_RAW", unix.SOCK_RAW), k("SOCK_PACKET", unix.SOCK_PACKET)),
-			Cond{Arg: 0, Mask: 0xffffffff, Op: NoneOf, Values: []Const{k("AF_UNIX", unix.AF_UNIX), k("AF_NETLINK", unix.AF_NETLINK)}}),
-		deny(name, nr, "MPTCP sockets are not covered by Landlock's TCP rules",
-			inet, argIn(2, 0xffffffff, k("IPPROTO_MPTCP", unix.IPPROTO_MPTCP))),
+			inet, argIn(1, sockTypeMask, k("SOCK_RAW", unix.SOCK_RAW), k("SOCK_PACKET", unix.SOCK_PACKET))),
+		deny(name, nr, "MPTCP and SMC sockets are not covered by Landlock's TCP rules",
+			inet, argIn(2, 0xffffffff, k("IPPROTO_MPTCP", unix.IPPROTO_MPTCP), k("IPPROTO_SMC", unix.IPPROTO_SMC))),
 	}
 }
 

@@ -1,0 +1,394 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// When cordon runs as root, the sandbox's user namespace must not map anything to host uid 0: an
+// inherited descriptor, a bind mount or a kernel bug would otherwise let the agent act on the host
+// as root. The agent's uid and gid inside are mapped instead to ids of a range reserved for cordon,
+// which no account on the host owns, and nothing else is mapped (init runs as the same uid inside,
+// with capabilities over its own namespaces only, so the namespace's root is not mapped at all).
+//
+// The range is the one /etc/subuid and /etc/subgid give the user "cordon" (the convention for
+// subordinate ids: `cordon:BASE:COUNT`), else DefaultIDBase with DefaultIDCount ids. Inside id N maps
+// to BASE+N, as with any subordinate range, so the agent (uid 1000 inside) is BASE+1000 on the host.
+// Every run as root uses that same id: runs are separated from each other by their namespaces, not
+// by distinct ids.
+//
+// The host paths the sandbox shows are opened by cordon outside, as detached copies of their mounts
+// (open_tree), and handed to init, which could not even look up a path under a 0700 directory of
+// root's. The workspace's are idmapped: files the caller (root) owns on disk appear as the agent's
+// own, and what the agent writes into the upper layer is stored as root's, exactly as before, so
+// that diff, apply and export see the same layer. A read-only policy path is idmapped the same way,
+// for reading (a read-only mount changes nothing, whoever owns it). A writable policy path is not:
+// it keeps its host owners, and the agent has on it the rights of a stranger uid, so a readwrite
+// path must let BASE+1000 write. Nowhere outside the workspace, whose changes go through review, does
+// the agent write with root's rights.
+
+// DefaultIDBase and DefaultIDCount are the host id range cordon maps its sandbox to when it runs as
+// root and /etc/subuid has no entry for "cordon": above every range useradd hands out for
+// subordinate ids and systemd's container ranges, and below 2^31, which some tools mishandle.
+const (
+	DefaultIDBase  = 2000000000
+	DefaultIDCount = 65536
+)
+
+// idRangeUser is the name looked up in /etc/subuid and /etc/subgid.
+const idRangeUser = "cordon"
+
+// hostIDs are the host uid and gid the agent's ids inside map to when cordon runs as root.
+type hostIDs struct {
+	UID, GID int
+}
+
+// RootSandboxIDs are the host uid and gid that the sandbox user u maps to when cordon runs as
+// root: what owns, on the host, the files the agent makes in a readwrite path, and what such a path
+// must let write.
+func RootSandboxIDs(u sandbox.User) (uid, gid int, err error) {
+	ids, err := rootHostIDs(u, hostIDFiles())
+	return ids.UID, ids.GID, err
+}
+
+// idFiles are the host files the range and its collisions are read from (other paths in tests).
+type idFiles struct {
+	SubUID, SubGID, Passwd, Group string
+}
+
+// hostIDFiles are the host's own.
+func hostIDFiles() idFiles {
+	return idFiles{SubUID: "/etc/subuid", SubGID: "/etc/subgid", Passwd: "/etc/passwd", Group: "/etc/group"}
+}
+
+// rootHostIDs picks the host ids for the sandbox user u from the reserved range, refusing ids that
+// an account or group of the host owns (the agent would act with its rights).
+func rootHostIDs(u sandbox.User, files idFiles) (hostIDs, error) {
+	uid, err := fromRange(files.SubUID, u.UID)
+	if err != nil {
+		return hostIDs{}, err
+	}
+	gid, err := fromRange(files.SubGID, u.GID)
+	if err != nil {
+		return hostIDs{}, err
+	}
+	if name, ok := idOwner(files.Passwd, uid); ok {
+		return hostIDs{}, fmt.Errorf("host uid %d, where the sandbox user would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", uid, name, idRangeUser, files.SubUID)
+	}
+	if name, ok := idOwner(files.Group, gid); ok {
+		return hostIDs{}, fmt.Errorf("host gid %d, where the sandbox group would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", gid, name, idRangeUser, files.SubGID)
+	}
+	return hostIDs{UID: uid, GID: gid}, nil
+}
+
+// fromRange is BASE+id for the range file gives "cordon", or for the default range.
+func fromRange(file string, id int) (int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	base, count, found, err := parseSubordinate(data, idRangeUser)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", file, err)
+	}
+	if !found {
+		base, count = DefaultIDBase, DefaultIDCount
+	}
+	if id < 0 || id >= count {
+		return 0, fmt.Errorf("%s: the range of %q has %d ids; the sandbox's id %d does not fit", file, idRangeUser, count, id)
+	}
+	return base + id, nil
+}
+
+// parseSubordinate reads name's first range from the contents of a subuid/subgid file
+// (NAME:BASE:COUNT lines). A malformed line for name is an error, not a silent default; a range
+// that starts at 0 (it would map the sandbox to root) or runs past the last id is malformed.
+func parseSubordinate(data []byte, name string) (base, count int, found bool, err error) {
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(strings.TrimSpace(line), ":")
+		if len(fields) != 3 || fields[0] != name {
+			continue
+		}
+		b, err1 := strconv.ParseUint(fields[1], 10, 32)
+		c, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil || c == 0 || b == 0 || b+c > 1<<32-1 {
+			return 0, 0, false, fmt.Errorf("malformed range %q for %q", strings.TrimSpace(line), name)
+		}
+		return int(b), int(c), true, nil
+	}
+	return 0, 0, false, nil
+}
+
+// idOwner reports the name that owns id in a passwd or group file (NAME:x:ID:...).
+func idOwner(file string, id int) (string, bool) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", false
+	}
+	want := strconv.Itoa(id)
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Split(line, ":")
+		if len(fields) >= 3 && fields[2] == want {
+			return fields[0], true
+		}
+	}
+	return "", false
+}
+
+// idmapUserns creates the user namespace that idmaps the workspace's mounts: on-disk uid and gid
+// 0 (root, the caller) appear as ids.UID and ids.GID. A user namespace lives as long as a process or
+// a descriptor holds it; a child is cloned into a new one and stopped by ptrace at its exec (it runs
+// none of its code), the namespace is opened, and the child killed. (A host whose Yama ptrace_scope
+// is 3 forbids even a child's PTRACE_TRACEME: cordon as root then stops with this error.)
+func idmapUserns(exe string, ids hostIDs) (*os.File, error) {
+	// The child is traced by this thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	pid, err := syscall.ForkExec(exe, []string{"cordon-idmap"}, &syscall.ProcAttr{
+		Env:   []string{},
+		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.UID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.GID, Size: 1}},
+			Ptrace:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the id-mapping user namespace: %w", err)
+	}
+	ns, openErr := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	unix.Kill(pid, unix.SIGKILL)
+	for {
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err == unix.EINTR {
+			continue
+		} else if err != nil || ws.Exited() || ws.Signaled() {
+			break
+		}
+	}
+	if openErr != nil {
+		return nil, fmt.Errorf("opening the id-mapping user namespace: %w", openErr)
+	}
+	return ns, nil
+}
+
+// detachedMount returns a detached copy of the mount tree at path (recursively), made by cordon on
+// the host so that init needs no access to the path itself. With userns, the copy is idmapped
+// through it; readOnly makes it read-only as well.
+func detachedMount(path string, userns *os.File, readOnly bool) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	attr := &unix.MountAttr{}
+	if userns != nil {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns.Fd())
+	}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if attr.Attr_set != 0 {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+			f.Close()
+			if userns != nil {
+				return nil, fmt.Errorf("idmapping %s: %w", path, err)
+			}
+			return nil, fmt.Errorf("mount_setattr %s: %w", path, err)
+		}
+	}
+	return f, nil
+}
+
+// maxHostSources bounds the descriptors one message carries (the kernel's SCM_MAX_FD is 253).
+const maxHostSources = 250
+
+// openHostSources opens, on the host, every path the spec shows inside, in the order init takes
+// them (hostSources): the workspace's source (the overlay's lower layer, read-only, or the copy),
+// then the directory holding the overlay's upper and work directories, both idmapped so that the
+// caller's files are the agent's; then each policy mount: idmapped too when it is read-only, with
+// its host owners when it is writable, so that the agent never writes with root's rights outside
+// the workspace (whose changes go through review).
+func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, warn func(string)) (files []*os.File, err error) {
+	if n := 2 + len(spec.Mounts); n > maxHostSources {
+		return nil, fmt.Errorf("%d policy paths: at most %d can be shown when cordon runs as root", len(spec.Mounts), maxHostSources-2)
+	}
+	defer func() {
+		if err != nil {
+			closeAll(files)
+			files = nil
+		}
+	}()
+	userns, err := idmapUserns(exe, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer userns.Close()
+	ws := spec.Workspace
+	src, err := detachedMount(ws.Source, userns, ws.Overlay != nil)
+	if err != nil && ws.Overlay != nil {
+		// The project's file system cannot be idmapped (ramfs, some network and FUSE file
+		// systems): the caller falls back to a copy in cordon's state directory, as it does when
+		// overlayfs itself is unavailable, and that copy is idmapped instead.
+		return nil, &sandbox.SetupError{Step: StepOverlay, Err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("as root, the workspace must be on a file system that can be idmapped: %w", err)
+	}
+	files = append(files, src)
+	if ws.Overlay != nil {
+		layers := filepath.Dir(ws.Overlay.Upper)
+		if filepath.Dir(ws.Overlay.Work) != layers {
+			return files, fmt.Errorf("the overlay's upper (%s) and work (%s) directories are not in one directory", ws.Overlay.Upper, ws.Overlay.Work)
+		}
+		f, err := detachedMount(layers, userns, false)
+		if err != nil {
+			return files, err
+		}
+		files = append(files, f)
+	}
+	for _, m := range spec.Mounts {
+		var f *os.File
+		if !m.Writable {
+			// Read-only, the caller's files may as well read as the agent's own (a 0600 file of
+			// root's stays readable, as the policy asked): nothing of them can change. A tree with a
+			// file system that cannot be idmapped is shown with its host owners instead.
+			if f, err = detachedMount(m.Source, userns, true); err != nil {
+				warn(fmt.Sprintf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err))
+				f = nil
+			}
+		}
+		if f == nil {
+			if f, err = detachedMount(m.Source, nil, false); err != nil {
+				return files, err
+			}
+		}
+		if m.Writable && !mayWrite(f, ids) {
+			warn(fmt.Sprintf("filesystem.readwrite: %s is not writable by uid %d, as which the agent writes there when cordon runs as root; give it access (chown or an ACL) or run cordon as an ordinary user", m.Source, ids.UID))
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// mayWrite guesses from its owner and mode whether the agent's host ids may write the root of a
+// writable policy path; one with an access ACL is given the benefit of the doubt. It only decides
+// whether to warn: the kernel decides the access.
+func mayWrite(f *os.File, ids hostIDs) bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return true
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return true
+	}
+	switch {
+	case int(st.Uid) == ids.UID:
+		return st.Mode&0o200 != 0
+	case int(st.Gid) == ids.GID:
+		return st.Mode&0o020 != 0
+	case st.Mode&0o002 != 0:
+		return true
+	}
+	// The descriptor is O_PATH, which fgetxattr refuses; its /proc link is not.
+	_, err := unix.Getxattr(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), "system.posix_acl_access", nil)
+	return err == nil
+}
+
+// hostSources are the descriptors openHostSources made, as init receives them.
+type hostSources struct {
+	workspace *os.File   // the workspace's source or overlay lower layer
+	layers    *os.File   // the directory holding upper and work, with an overlay
+	mounts    []*os.File // one per spec.Mounts, in order
+}
+
+// close closes every descriptor; a nil set has none.
+func (s *hostSources) close() {
+	if s == nil {
+		return
+	}
+	closeAll(append([]*os.File{s.workspace, s.layers}, s.mounts...))
+}
+
+// receiveHostSources reads the message with openHostSources' descriptors from the status channel.
+func receiveHostSources(sock int, spec *sandbox.Spec) (*hostSources, error) {
+	want := 1 + len(spec.Mounts)
+	if spec.Workspace.Overlay != nil {
+		want++
+	}
+	oob := make([]byte, unix.CmsgSpace(4*maxHostSources))
+	buf := make([]byte, 64)
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var files []*os.File
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			closeAll(files)
+			return nil, err
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "host-source"))
+		}
+	}
+	if string(buf[:n]) != hostSourcesMsg || len(files) != want {
+		closeAll(files)
+		return nil, fmt.Errorf("expected %d host paths, received %d", want, len(files))
+	}
+	s := &hostSources{workspace: files[0], mounts: files[1:]}
+	if spec.Workspace.Overlay != nil {
+		s.layers, s.mounts = files[1], files[2:]
+	}
+	return s, nil
+}
+
+// hostSourcesMsg is the payload of the message that carries the host sources to init.
+const hostSourcesMsg = "host-sources"
+
+// sendHostSources hands init the descriptors over the status channel (cordon's end).
+func sendHostSources(sock int, files []*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return unix.Sendmsg(sock, []byte(hostSourcesMsg), unix.UnixRights(fds...), nil, 0)
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
