@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command egress measures cordon's egress gateway end to end: a download from an upstream on the
 // host's loopback through a real sandbox (transparent path: curl with proxies off; and the explicit
 // proxy), new connections per second through the gateway (a compiled client: this binary in its

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command peers compares cordon with other sandboxes a coding agent can run in, on this machine:
 // bubblewrap, firejail and the Anthropic sandbox runtime (srt). For each it measures the start latency
 // of `true` (median, interleaved so the machine's state affects all alike), the peak RSS of the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -113,7 +115,7 @@ func TestEgressAllowlist(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &e); err != nil {
 				t.Fatalf("cordon log --json: %q: %v", line, err)
 			}
-			kinds = append(kinds, e.Name+":"+e.Decision)
+			kinds = append(kinds, e.Name+":"+string(e.Decision))
 		}
 		if !slices.Contains(kinds, "pkg.test:allow") || !slices.Contains(kinds, "other.test:deny") {
 			t.Errorf("cordon log --json: %v", kinds)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -117,7 +119,7 @@ func TestAuditLogFoldsAFlood(t *testing.T) {
 		var refusals, refusalEvents, connects, tunnel, same int
 		for _, e := range events {
 			switch {
-			case e.Kind == "dns" && e.Decision == "deny":
+			case e.Kind == audit.KindDNS && e.Decision == audit.Deny:
 				refusals += e.Decisions()
 				refusalEvents++
 				if e.Group == "evil.test" && e.Count > 1 && len(e.Names) > 1 {
@@ -126,7 +128,7 @@ func TestAuditLogFoldsAFlood(t *testing.T) {
 				if e.Name == "same.evil.test" && e.Group == "" {
 					same += e.Decisions()
 				}
-			case e.Kind == "connect" && e.Decision == "allow" && e.Name == "pkg.test":
+			case e.Kind == audit.KindConnect && e.Decision == audit.Allow && e.Name == "pkg.test":
 				connects += e.Decisions()
 			}
 		}
@@ -212,11 +214,11 @@ print("OK", ok)
 		last := events[len(events)-1]
 		written := 0
 		for _, e := range events {
-			if e.Kind != "audit" {
+			if e.Kind != audit.KindAudit {
 				written += e.Decisions()
 			}
 		}
-		if last.Kind != "audit" || !strings.Contains(last.Reason, "events suppressed") || last.Detail["connect"] == "" {
+		if last.Kind != audit.KindAudit || !strings.Contains(last.Reason, "events suppressed") || last.Detail["connect"] == "" {
 			t.Fatalf("the log does not end with the suppression record: %+v", last)
 		}
 		if written+last.Count != allowed+denied {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -33,13 +32,13 @@ func (a *app) cmdLog(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	events, err := audit.Read(filepath.Join(r.Dir, "audit.jsonl"))
+	events, err := audit.Read(r.AuditLogPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(a.stdout, "run %s had no network (no audit log)\n", r.Meta.ID)
+		fmt.Fprintf(a.stdout, "run %s had no network (no audit log)\n", r.ID())
 		return 0
 	}
 	if *denied {
-		events = slices.DeleteFunc(events, func(e audit.Event) bool { return e.Decision != "deny" && e.Kind != "audit" })
+		events = slices.DeleteFunc(events, func(e audit.Event) bool { return e.Decision != audit.Deny && e.Kind != audit.KindAudit })
 	}
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)

@@ -8,16 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
-	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
-	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/cgroup"
 )
 
 // Exit codes follow docker and podman: 125 for cordon's own failures, 126 for a command that cannot
@@ -44,9 +39,6 @@ type app struct {
 	stdin, stdout, stderr *os.File
 	env                   []string
 	uid                   int
-	// adjustPolicy, when set, changes the loaded policy before a run uses it: cordon verify makes
-	// its own binary visible inside and points DNS at its canary resolver.
-	adjustPolicy func(*policy.Policy)
 }
 
 func commands() []command {
@@ -77,11 +69,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cordon: %v\n", err)
 		os.Exit(exitCordon)
 	}
+	cordon.Init() // the sandbox's init and reaper are this binary
 	switch {
-	case linux.IsInit():
-		os.Exit(linux.InitMain())
-	case len(os.Args) > 0 && os.Args[0] == linux.ReaperArg0:
-		os.Exit(cgroup.ReaperMain())
 	case len(os.Args) > 0 && os.Args[0] == probe.AllocArg0:
 		os.Exit(probe.AllocMain(os.Args[1:]))
 	case len(os.Args) > 0 && os.Args[0] == canary.ProcessArg0:
@@ -137,10 +126,6 @@ func (a *app) errorf(format string, args ...any) {
 	fmt.Fprintf(a.stderr, "cordon: "+format+"\n", args...)
 }
 
-func (a *app) warn(s string) {
-	fmt.Fprintf(a.stderr, "cordon: warning: %s\n", s)
-}
-
 // flags returns a FlagSet whose errors are one line that says how to get help.
 func (a *app) flags(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -187,12 +172,4 @@ func cutEnv(kv string) (string, string, bool) {
 func (a *app) cmdVersion([]string) int {
 	fmt.Fprintf(a.stdout, "cordon %s\n", version)
 	return 0
-}
-
-// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
-func closeInheritedOnExec() error {
-	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return fmt.Errorf("marking inherited descriptors close-on-exec (needs Linux 5.11): %w", err)
-	}
-	return nil
 }

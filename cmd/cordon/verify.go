@@ -13,12 +13,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
-	"github.com/cordon-sandbox/cordon/internal/runstate"
-	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
 const verifyUsage = "verify [--policy FILE] [--json]"
@@ -27,7 +26,7 @@ const verifyUsage = "verify [--policy FILE] [--json]"
 const gitConfig = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
 
 // cmdVerify tests the boundary the user actually has: it plants canaries on the host, starts a real
-// sandbox with the policy (through the same code path as cordon run) whose command is this binary's
+// sandbox with the policy (through the library, as cordon run does) whose command is this binary's
 // probe suite, then adds what only the host can judge (did a planted file reach the project, does the
 // workspace guard flag it, did the DNS canary see a query) to one scorecard. It exits 1 when any
 // probe failed, 125 when the sandbox could not be started.
@@ -114,41 +113,43 @@ func (a *app) verify(policyPath string) (probe.Scorecard, error) {
 		return probe.Scorecard{}, err
 	}
 	defer devnull.Close()
+	// The probes are this binary: visible read-only at its own path, nothing beside it.
+	pol.Filesystem.ReadOnly = append(pol.Filesystem.ReadOnly, exe)
+	if pol.Network != nil {
+		pol.Network.DNS.Upstream = []netip.AddrPort{set.DNSAddr()}
+	}
 	env := slices.DeleteFunc(slices.Clone(a.env), func(kv string) bool { return strings.HasPrefix(kv, "SSH_AUTH_SOCK=") })
-	child := &app{stdin: devnull, stdout: out, stderr: errOut, uid: a.uid,
-		env: append(env, set.EnvVar(), "SSH_AUTH_SOCK="+set.AgentSocket()),
-		adjustPolicy: func(p *policy.Policy) {
-			// The probes are this binary: visible read-only at its own path, nothing beside it.
-			p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, exe)
-			if p.Network != nil {
-				p.Network.DNS.Upstream = []netip.AddrPort{set.DNSAddr()}
+	run, err := cordon.Start(context.Background(), cordon.Config{
+		Policy: pol, Workspace: project, Command: []string{exe, "probe", "--json", "--canaries", string(coordsJSON)},
+		Env:      append(env, set.EnvVar(), "SSH_AUTH_SOCK="+set.AgentSocket()),
+		Streams:  cordon.Streams{Stdin: devnull, Stdout: out, Stderr: errOut},
+		StateDir: a.store().Dir,
+		OnWarning: func(w cordon.Warning) {
+			// What the run warned about (a limit degraded to an rlimit, a path not mounted)
+			// matters to whoever reads the scorecard.
+			if w.Kind == cordon.WarningDegraded {
+				fmt.Fprintf(a.stderr, "cordon: %s\n", w)
 			}
 		},
+	})
+	if err != nil {
+		return probe.Scorecard{}, fmt.Errorf("the sandbox did not start: %w", err)
 	}
-	runArgs := []string{"--workspace", project}
-	if policyPath != "" {
-		runArgs = append(runArgs, "--policy", policyPath)
+	exit, err := run.Wait(context.Background())
+	if err != nil {
+		return probe.Scorecard{}, err
 	}
-	runArgs = append(runArgs, "--", exe, "probe", "--json", "--canaries", string(coordsJSON))
-	code := child.cmdRun(runArgs)
+	finished, err := run.Finished()
+	if err == nil {
+		defer finished.Remove()
+	}
 	report, _ := os.ReadFile(out.Name())
-	runErr, _ := os.ReadFile(errOut.Name())
-	// What cordon run warned about (a limit degraded to an rlimit, a path not mounted) matters to
-	// whoever reads the scorecard.
-	for _, line := range strings.Split(string(runErr), "\n") {
-		if strings.HasPrefix(line, "cordon: warning: ") {
-			fmt.Fprintln(a.stderr, line)
-		}
-	}
 	sc, err := probe.ReadJSON(report)
 	if err != nil {
-		return probe.Scorecard{}, fmt.Errorf("the probes did not report (cordon run exited %d): %w\n%s", code, err, bytes.TrimSpace(runErr))
+		runErr, _ := os.ReadFile(errOut.Name())
+		return probe.Scorecard{}, fmt.Errorf("the probes did not report (the probe command exited %d): %w\n%s", exit.Code, err, bytes.TrimSpace(runErr))
 	}
-	run := a.findRun(set.Nonce())
-	if run != nil {
-		defer runstate.RemoveAll(run.Dir)
-	}
-	results := hostChecks(sc.Results, hostView{project: project, run: run, set: set, realHashes: a.credentialHashes(pol)})
+	results := hostChecks(sc.Results, hostView{project: project, run: finished, set: set, realHashes: a.credentialHashes(pol)})
 	return probe.NewScorecard(results), nil
 }
 
@@ -216,24 +217,10 @@ func injectedCoords(c policy.Credential, allowed []probe.Endpoint) probe.Injecte
 	return in
 }
 
-// findRun is verify's own run, recognised by the nonce in its command.
-func (a *app) findRun(nonce string) *runstate.Run {
-	runs, err := a.store().List()
-	if err != nil {
-		return nil
-	}
-	for _, r := range runs {
-		if strings.Contains(strings.Join(r.Meta.Command, " "), nonce) {
-			return r
-		}
-	}
-	return nil
-}
-
 // hostView is what the host-side checks look at.
 type hostView struct {
 	project string
-	run     *runstate.Run
+	run     *cordon.FinishedRun
 	set     *canary.Set
 	// realHashes are the sha256 of credentials' real values, by credential name (see credentialHashes).
 	realHashes map[string]string
@@ -241,12 +228,12 @@ type hostView struct {
 
 // hostChecks settles what the probes could not judge from inside.
 func hostChecks(results []probe.Result, h hostView) []probe.Result {
-	var risks []workspace.Risk
+	var risks []cordon.Risk
 	var guardErr error
 	if h.run == nil {
 		guardErr = fmt.Errorf("the run's state was not found")
 	} else {
-		risks, guardErr = workspace.Guard(h.run)
+		risks, guardErr = h.run.Risks()
 	}
 	out := make([]probe.Result, 0, len(results))
 	for _, r := range results {
@@ -289,7 +276,7 @@ func judgeWrites(paths []string, nonce string) (probe.Status, string) {
 
 // judgePlant: a planted file must not be in the real project, and the workspace guard must flag it
 // so that apply and export refuse it.
-func judgePlant(paths []string, h hostView, risks []workspace.Risk, guardErr error) (probe.Status, string) {
+func judgePlant(paths []string, h hostView, risks []cordon.Risk, guardErr error) (probe.Status, string) {
 	var notes []string
 	for _, p := range paths {
 		rel, ok := strings.CutPrefix(p, h.project+"/")
@@ -306,7 +293,7 @@ func judgePlant(paths []string, h hostView, risks []workspace.Risk, guardErr err
 		if guardErr != nil {
 			return probe.Fail, fmt.Sprintf("planted %s; the workspace guard could not be asked: %v", rel, guardErr)
 		}
-		i := slices.IndexFunc(risks, func(r workspace.Risk) bool { return r.Path == rel })
+		i := slices.IndexFunc(risks, func(r cordon.Risk) bool { return r.Path == rel })
 		if i < 0 {
 			return probe.Fail, "planted " + rel + " in the workspace and the workspace guard does not flag it"
 		}
@@ -359,4 +346,14 @@ func judgeHeld(held, real map[string]string) (probe.Status, string) {
 	}
 	slices.Sort(checked)
 	return probe.Pass, strings.Join(checked, ", ") + " held placeholders, not the real values"
+}
+
+// envValue is the value of key in env, the first entry winning as with os.Getenv.
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -6,8 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
-	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
 // The review commands: a run's changes stay in its own directory until the user looks at them and
@@ -27,15 +27,16 @@ func (a *app) cmdRuns(args []string) int {
 	fmt.Fprintln(tw, "ID\tPROJECT\tCOMMAND\tSTARTED\tSTATE\tCHANGED")
 	for _, r := range runs {
 		changed := "?"
-		if cs, err := workspace.Changes(r); err == nil {
+		if cs, err := r.Changes(); err == nil {
 			changed = fmt.Sprint(len(cs))
 		}
-		state := r.Meta.State
+		m := r.Info()
+		state := m.State
 		if state == runstate.StateExited {
-			state = fmt.Sprintf("exited(%d)", r.Meta.ExitCode)
+			state = fmt.Sprintf("exited(%d)", m.ExitCode)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Meta.ID, r.Meta.Project, abbreviate(strings.Join(r.Meta.Command, " "), 40),
-			r.Meta.Started.Local().Format(time.DateTime), state, changed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Project, abbreviate(strings.Join(m.Command, " "), 40),
+			m.Started.Local().Format(time.DateTime), state, changed)
 	}
 	tw.Flush()
 	return 0
@@ -49,20 +50,20 @@ func abbreviate(s string, n int) string {
 }
 
 // getRun resolves the single RUN argument of a review command.
-func (a *app) getRun(name string, args []string) (*runstate.Run, bool) {
+func (a *app) getRun(name string, args []string) (*cordon.FinishedRun, bool) {
 	if len(args) != 1 {
 		a.errorf("%s: expected one RUN: an id, a unique prefix of one, or last (see cordon runs)", name)
 		return nil, false
 	}
 	if args[0] == "last" {
-		runs, err := a.store().List()
-		if err != nil || len(runs) == 0 {
+		r, err := a.store().Last()
+		if err != nil {
 			a.errorf("%s: no runs yet", name)
 			return nil, false
 		}
-		return runs[0], true
+		return r, true
 	}
-	r, err := a.store().Get(args[0])
+	r, err := a.store().Open(args[0])
 	if err != nil {
 		a.errorf("%s: %v", name, err)
 		return nil, false
@@ -81,7 +82,7 @@ func (a *app) cmdDiff(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := workspace.Diff(a.stdout, r, *stat); err != nil {
+	if err := r.Diff(a.stdout, *stat); err != nil {
 		a.errorf("diff: %v", err)
 		return exitCordon
 	}
@@ -99,12 +100,12 @@ func (a *app) cmdApply(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	rep, err := workspace.Apply(r, workspace.ApplyOptions{IncludeRisky: *risky})
+	rep, err := r.Apply(cordon.ApplyOptions{IncludeRisky: *risky})
 	if err != nil {
 		a.errorf("apply: %v", err)
 		return 1
 	}
-	fmt.Fprintf(a.stdout, "applied %s to %s: %d added, %d modified, %d deleted\n", r.Meta.ID, r.Meta.Project,
+	fmt.Fprintf(a.stdout, "applied %s to %s: %d added, %d modified, %d deleted\n", r.ID(), r.Info().Project,
 		len(rep.Added), len(rep.Modified), len(rep.Deleted))
 	for _, risk := range rep.Risky {
 		fmt.Fprintf(a.stdout, "  carried (--include-risky): %v\n", risk)
@@ -128,12 +129,12 @@ func (a *app) cmdExport(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	commit, err := workspace.Export(r, *branch, workspace.ApplyOptions{IncludeRisky: *risky})
+	commit, err := r.Export(*branch, cordon.ApplyOptions{IncludeRisky: *risky})
 	if err != nil {
 		a.errorf("export: %v", err)
 		return 1
 	}
-	fmt.Fprintf(a.stdout, "exported %s as %s on branch %s\n", r.Meta.ID, commit, *branch)
+	fmt.Fprintf(a.stdout, "exported %s as %s on branch %s\n", r.ID(), commit, *branch)
 	return 0
 }
 
@@ -146,11 +147,11 @@ func (a *app) cmdDiscard(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := workspace.Discard(r); err != nil {
+	if err := r.Discard(); err != nil {
 		a.errorf("discard: %v", err)
 		return exitCordon
 	}
-	fmt.Fprintf(a.stdout, "discarded %s\n", r.Meta.ID)
+	fmt.Fprintf(a.stdout, "discarded %s\n", r.ID())
 	return 0
 }
 

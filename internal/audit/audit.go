@@ -12,14 +12,15 @@ import (
 // Event is one decision. Fields that do not apply stay empty and are omitted from the log.
 type Event struct {
 	Time time.Time `json:"time"`
-	// Kind is what was decided: "dns", "connect", "http", "credential".
-	Kind string `json:"kind"`
+	// Kind is what was decided about: a name (KindDNS), a connection (KindConnect), a request
+	// (KindHTTP), or the log itself (KindAudit).
+	Kind Kind `json:"kind"`
 	// Name and Port are what the sandbox asked for (the host name it resolved or named, never an
 	// address it chose).
 	Name string `json:"name,omitempty"`
 	Port uint16 `json:"port,omitempty"`
-	// Decision is "allow" or "deny".
-	Decision string `json:"decision"`
+	// Decision is Allow or Deny; empty on the log's own notes (KindAudit).
+	Decision Decision `json:"decision"`
 	// Rule is the policy line that decided ("network.allow[2]: *.github.com:443", "default deny").
 	Rule string `json:"rule,omitempty"`
 	// Reason says why in a few words ("not in network.allow", "SNI does not match the name").
@@ -47,10 +48,36 @@ type Event struct {
 	Names []string `json:"names,omitempty"`
 }
 
+// Kind is what an event decided about. It is written to the log as its string, which readers of the
+// log (cordon log, a user's jq) match on, so the values never change.
+type Kind string
+
+// The kinds of event.
+const (
+	// KindDNS is a name the sandbox asked the gateway's resolver for.
+	KindDNS Kind = "dns"
+	// KindConnect is a connection the sandbox opened through the gateway (TCP, TLS by SNI, or a
+	// proxy request's tunnel).
+	KindConnect Kind = "connect"
+	// KindHTTP is one request the gateway read inside a connection it intercepts.
+	KindHTTP Kind = "http"
+	// KindAudit is a note of the log about itself (its cap reached, events suppressed or dropped).
+	KindAudit Kind = "audit"
+)
+
+// Decision is what the boundary decided, written to the log as its string.
+type Decision string
+
+// The decisions.
+const (
+	Allow Decision = "allow"
+	Deny  Decision = "deny"
+)
+
 // Decisions is how many decisions e stands for: its Count, or one.
 func (e Event) Decisions() int { return max(e.Count, 1) }
 
-// Detail keys that the summary counts, set on "http" events by the credential hook. Values name
+// Detail keys that the summary counts, set on KindHTTP events by the credential hook. Values name
 // credentials and places, never values.
 const (
 	// DetailCredentials lists the credentials whose real value went into the request.

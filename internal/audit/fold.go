@@ -36,7 +36,11 @@ const (
 const anyName = "*"
 
 // ruleKey is a decision without its name, port and query type.
-type ruleKey struct{ kind, decision, rule, reason string }
+type ruleKey struct {
+	kind         Kind
+	decision     Decision
+	rule, reason string
+}
 
 // foldKey is what makes two decisions "the same". It holds only strings the events already hold,
 // so looking one up allocates nothing.
@@ -82,9 +86,9 @@ func foldable(e *Event) (foldKey, bool) {
 	}
 	k := foldKey{ruleKey: ruleKey{e.Kind, e.Decision, e.Rule, e.Reason}, qtype: e.Detail["qtype"], port: e.Port}
 	switch {
-	case e.Decision == "deny":
+	case e.Decision == Deny:
 		k.group = Domain(e.Name)
-	case e.Decision == "allow" && e.Kind == "dns":
+	case e.Decision == Allow && e.Kind == KindDNS:
 		k.group = e.Name
 	default:
 		return foldKey{}, false

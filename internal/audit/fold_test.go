@@ -59,7 +59,7 @@ func (s *syncBuffer) events(t *testing.T) []Event {
 // decisionsIn adds up the decisions the log's events stand for, its own records aside.
 func decisionsIn(events []Event) (n int) {
 	for _, e := range events {
-		if e.Kind != "audit" {
+		if e.Kind != KindAudit {
 			n += e.Decisions()
 		}
 	}
@@ -67,7 +67,7 @@ func decisionsIn(events []Event) (n int) {
 }
 
 func tunnelQuery(i int) Event {
-	return Event{Kind: "dns", Name: fmt.Sprintf("%08x.t.evil.test", i*7919), Decision: "deny", Rule: "default",
+	return Event{Kind: KindDNS, Name: fmt.Sprintf("%08x.t.evil.test", i*7919), Decision: Deny, Rule: "default",
 		Reason: "not in network.allow", Detail: map[string]string{"qtype": "TXT", "transport": "udp", "rcode": "NXDOMAIN"}}
 }
 
@@ -112,7 +112,7 @@ func TestFoldSameName(t *testing.T) {
 	clk := newClock()
 	var out syncBuffer
 	l := newLog(&out, 0, 0, clk.now)
-	e := Event{Kind: "dns", Name: "nowhere.test", Decision: "deny", Rule: "default", Reason: "not in network.allow"}
+	e := Event{Kind: KindDNS, Name: "nowhere.test", Decision: Deny, Rule: "default", Reason: "not in network.allow"}
 	for range 5 {
 		e.Time = clk.advance(time.Millisecond)
 		l.Record(e)
@@ -148,7 +148,7 @@ func TestFoldManyDomains(t *testing.T) {
 	l := newLog(&out, 0, 0, clk.now)
 	const n = 1000
 	for i := range n {
-		l.Record(Event{Time: clk.advance(time.Millisecond), Kind: "dns", Name: fmt.Sprintf("x.d%d.test", i), Decision: "deny",
+		l.Record(Event{Time: clk.advance(time.Millisecond), Kind: KindDNS, Name: fmt.Sprintf("x.d%d.test", i), Decision: Deny,
 			Rule: "default", Reason: "not in network.allow"})
 	}
 	if err := l.Close(); err != nil {
@@ -176,16 +176,16 @@ func TestFoldable(t *testing.T) {
 		e     Event
 		group string // "-" means not foldable
 	}{
-		{"refused DNS name", Event{Kind: "dns", Name: "a.b.evil.test", Decision: "deny"}, "evil.test"},
-		{"refused connection", Event{Kind: "connect", Name: "x.evil.test", Port: 443, Decision: "deny"}, "evil.test"},
-		{"refused request", Event{Kind: "http", Name: "api.example", Decision: "deny", Detail: map[string]string{"path": "/x"}}, "api.example"},
-		{"refused malformed query", Event{Kind: "dns", Decision: "deny", Reason: "malformed query"}, ""},
-		{"allowed DNS answer", Event{Kind: "dns", Name: "a.b.example", Decision: "allow"}, "a.b.example"},
-		{"allowed connection", Event{Kind: "connect", Name: "a.example", Decision: "allow"}, "-"},
-		{"allowed request", Event{Kind: "http", Name: "a.example", Decision: "allow"}, "-"},
-		{"credential used", Event{Kind: "http", Name: "a.example", Decision: "deny", Detail: map[string]string{DetailCredentials: "K"}}, "-"},
-		{"credential misused", Event{Kind: "http", Name: "a.example", Decision: "deny", Detail: map[string]string{DetailCredentialMisuse: "K"}}, "-"},
-		{"any credential detail", Event{Kind: "http", Name: "a.example", Decision: "deny", Detail: map[string]string{"credential_other": "K"}}, "-"},
+		{"refused DNS name", Event{Kind: KindDNS, Name: "a.b.evil.test", Decision: Deny}, "evil.test"},
+		{"refused connection", Event{Kind: KindConnect, Name: "x.evil.test", Port: 443, Decision: Deny}, "evil.test"},
+		{"refused request", Event{Kind: KindHTTP, Name: "api.example", Decision: Deny, Detail: map[string]string{"path": "/x"}}, "api.example"},
+		{"refused malformed query", Event{Kind: KindDNS, Decision: Deny, Reason: "malformed query"}, ""},
+		{"allowed DNS answer", Event{Kind: KindDNS, Name: "a.b.example", Decision: Allow}, "a.b.example"},
+		{"allowed connection", Event{Kind: KindConnect, Name: "a.example", Decision: Allow}, "-"},
+		{"allowed request", Event{Kind: KindHTTP, Name: "a.example", Decision: Allow}, "-"},
+		{"credential used", Event{Kind: KindHTTP, Name: "a.example", Decision: Deny, Detail: map[string]string{DetailCredentials: "K"}}, "-"},
+		{"credential misused", Event{Kind: KindHTTP, Name: "a.example", Decision: Deny, Detail: map[string]string{DetailCredentialMisuse: "K"}}, "-"},
+		{"any credential detail", Event{Kind: KindHTTP, Name: "a.example", Decision: Deny, Detail: map[string]string{"credential_other": "K"}}, "-"},
 	} {
 		k, ok := foldable(&tt.e)
 		if ok != (tt.group != "-") || ok && k.group != tt.group {
@@ -223,7 +223,7 @@ func TestLogCap(t *testing.T) {
 	}
 	const n = 5000 // allowed connections never fold: ~1 MB of JSON
 	for i := range n {
-		l.Record(Event{Kind: "connect", Name: fmt.Sprintf("h%d.example", i), Port: 443, Decision: "allow", Rule: "network.allow[0]", BytesIn: 1})
+		l.Record(Event{Kind: KindConnect, Name: fmt.Sprintf("h%d.example", i), Port: 443, Decision: Allow, Rule: "network.allow[0]", BytesIn: 1})
 		if i%10 == 0 {
 			l.Record(tunnelQuery(i))
 		}
@@ -244,7 +244,7 @@ func TestLogCap(t *testing.T) {
 	}
 	last := events[len(events)-1]
 	s := l.Summary()
-	if last.Kind != "audit" || last.Count != s.Suppressed || s.Suppressed == 0 || !strings.Contains(last.Reason, "events suppressed") ||
+	if last.Kind != KindAudit || last.Count != s.Suppressed || s.Suppressed == 0 || !strings.Contains(last.Reason, "events suppressed") ||
 		last.Detail["connect"] == "" || last.Detail["dns"] == "" {
 		t.Fatalf("last record %+v, summary %+v", last, s)
 	}
@@ -253,7 +253,7 @@ func TestLogCap(t *testing.T) {
 	}
 	notes := 0
 	for _, e := range events {
-		if e.Kind == "audit" {
+		if e.Kind == KindAudit {
 			notes++
 		}
 	}
@@ -266,7 +266,7 @@ func TestLogCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Record(Event{Kind: "connect", Decision: "allow"})
+	l.Record(Event{Kind: KindConnect, Decision: Allow})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

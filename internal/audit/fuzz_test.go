@@ -39,8 +39,8 @@ func FuzzFold(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 2, 200, 1, 1, 3, 0}, uint16(0))
 	f.Add(bytes.Repeat([]byte{0, 0, 7, 3}, 300), uint16(20))
 	f.Fuzz(func(t *testing.T, ops []byte, capKiB uint16) {
-		kinds := []string{"dns", "connect", "http"}
-		decisions := []string{"deny", "allow"}
+		kinds := []Kind{KindDNS, KindConnect, KindHTTP}
+		decisions := []Decision{Deny, Allow}
 		names := []string{"a.evil.test", "b.evil.test", "x.y.evil.test", "evil.test", "", "z.other.test", "q.shop.co.uk", "pkg.test"}
 		clk := newClock()
 		var out syncBuffer

@@ -103,7 +103,7 @@ type Log struct {
 	size       int64 // bytes in the file and queued for it
 	folds      folder
 	sum        Summary
-	suppressed map[string]int // by kind
+	suppressed map[Kind]int // by kind
 	capped     bool
 	closed     bool
 	err        error // the first write error
@@ -153,7 +153,7 @@ func newLog(w io.Writer, limit, size int64, now func() time.Time) *Log {
 	if limit <= 0 {
 		limit = DefaultMaxBytes
 	}
-	l := &Log{w: w, max: max(limit, 4*reserve), size: size, now: now, folds: newFolder(), suppressed: map[string]int{},
+	l := &Log{w: w, max: max(limit, 4*reserve), size: size, now: now, folds: newFolder(), suppressed: map[Kind]int{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.writer()
 	return l
@@ -196,12 +196,12 @@ func (l *Log) Record(e Event) {
 // countLocked adds e to the Summary.
 func (l *Log) countLocked(e *Event) {
 	switch e.Decision {
-	case "allow":
+	case Allow:
 		l.sum.Allowed++
-	case "deny":
+	case Deny:
 		l.sum.Denied++
 	}
-	if e.Kind != "http" { // a request's bytes are already counted in its connection's event
+	if e.Kind != KindHTTP { // a request's bytes are already counted in its connection's event
 		l.sum.BytesIn += e.BytesIn
 		l.sum.BytesOut += e.BytesOut
 	}
@@ -229,7 +229,7 @@ func (l *Log) emitLocked(e Event) {
 // queueLocked queues line, which stands for n decisions of kind, unless the cap or maxPending is
 // reached. The first line the cap refuses closes the log to events: a note says so at once (for
 // whoever reads the log while the run goes on), and Close adds the count.
-func (l *Log) queueLocked(line []byte, kind string, n int) {
+func (l *Log) queueLocked(line []byte, kind Kind, n int) {
 	if l.capped || l.size+int64(len(line)) > l.max-reserve {
 		l.suppressLocked(kind, n)
 		return
@@ -252,14 +252,14 @@ func (l *Log) appendLocked(line []byte) {
 }
 
 // suppressLocked counts n decisions of kind that the cap keeps out of the log.
-func (l *Log) suppressLocked(kind string, n int) {
+func (l *Log) suppressLocked(kind Kind, n int) {
 	l.sum.Suppressed += n
 	l.suppressed[kind] += n
 	if l.capped {
 		return
 	}
 	l.capped = true
-	note, err := encode(Event{Time: time.Now(), Kind: "audit",
+	note, err := encode(Event{Time: time.Now(), Kind: KindAudit,
 		Reason: fmt.Sprintf("the audit log reached its limit of %s: further events are counted, not written", byteCount(l.max))})
 	if err == nil {
 		l.appendLocked(note) // within the reserve
@@ -272,10 +272,10 @@ func (l *Log) suppressedRecord() Event {
 	detail := make(map[string]string, len(kinds))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		detail[k] = strconv.Itoa(l.suppressed[k])
+		detail[string(k)] = strconv.Itoa(l.suppressed[k])
 		parts = append(parts, fmt.Sprintf("%s %d", k, l.suppressed[k]))
 	}
-	return Event{Time: time.Now(), Kind: "audit", Count: l.sum.Suppressed, Detail: detail,
+	return Event{Time: time.Now(), Kind: KindAudit, Count: l.sum.Suppressed, Detail: detail,
 		Reason: fmt.Sprintf("%d events suppressed: the audit log reached its limit of %s (%s)", l.sum.Suppressed, byteCount(l.max), strings.Join(parts, ", "))}
 }
 
@@ -373,7 +373,7 @@ func (l *Log) Close() error {
 	}
 	l.mu.Unlock()
 	if sum.Dropped > 0 {
-		if line, eerr := encode(Event{Time: time.Now(), Kind: "audit", Count: sum.Dropped,
+		if line, eerr := encode(Event{Time: time.Now(), Kind: KindAudit, Count: sum.Dropped,
 			Reason: fmt.Sprintf("%d events were not logged (the log could not keep up)", sum.Dropped)}); eerr == nil {
 			notes = append(notes, line...)
 		}

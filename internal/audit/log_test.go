@@ -24,10 +24,10 @@ func TestLogRoundTrip(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				e := Event{Kind: "connect", Name: fmt.Sprintf("h%d.example", w), Port: 443, Decision: "allow",
+				e := Event{Kind: KindConnect, Name: fmt.Sprintf("h%d.example", w), Port: 443, Decision: Allow,
 					Rule: `network.allow[0] "*.example" ports [443]`, BytesIn: 10, BytesOut: 1, Duration: time.Millisecond}
 				if i%4 == 0 {
-					e = Event{Kind: "dns", Name: "x<y>&z.attacker.example", Decision: "deny", Detail: map[string]string{"qtype": "TXT"}}
+					e = Event{Kind: KindDNS, Name: "x<y>&z.attacker.example", Decision: Deny, Detail: map[string]string{"qtype": "TXT"}}
 				}
 				l.Record(e)
 			}
@@ -56,10 +56,10 @@ func TestLogRoundTrip(t *testing.T) {
 		decisions += e.Decisions()
 		lines++
 		perName[e.Name] += e.Decisions()
-		if e.Kind == "dns" && (e.Detail["qtype"] != "TXT" || e.Name != "x<y>&z.attacker.example") {
+		if e.Kind == KindDNS && (e.Detail["qtype"] != "TXT" || e.Name != "x<y>&z.attacker.example") {
 			t.Fatalf("dns event changed on the way: %+v", e)
 		}
-		if e.Kind == "connect" && (e.Duration != time.Millisecond || e.Port != 443) {
+		if e.Kind == KindConnect && (e.Duration != time.Millisecond || e.Port != 443) {
 			t.Fatalf("connect event changed on the way: %+v", e)
 		}
 	}
@@ -74,7 +74,7 @@ func TestLogRoundTrip(t *testing.T) {
 	if !strings.Contains(string(raw), `"x<y>&z.attacker.example"`) || strings.Count(string(raw), "\n") != lines {
 		t.Error("the log is not one plain JSON object per line")
 	}
-	if l.Record(Event{Decision: "allow"}); l.Summary().Dropped != 1 {
+	if l.Record(Event{Decision: Allow}); l.Summary().Dropped != 1 {
 		t.Error("an event after Close was not counted as dropped")
 	}
 	if err := l.Close(); err == nil {
@@ -96,7 +96,7 @@ func TestLogFileMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Record(Event{Kind: "dns", Decision: "deny"})
+		l.Record(Event{Kind: KindDNS, Decision: Deny})
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func (s *stuckWriter) Write(p []byte) (int, error) {
 func TestRecordNeverBlocks(t *testing.T) {
 	w := &stuckWriter{release: make(chan struct{})}
 	l := newLog(w, 0, 0, time.Now)
-	e := Event{Kind: "connect", Name: strings.Repeat("a", 200) + ".example", Decision: "allow", BytesOut: 1}
+	e := Event{Kind: KindConnect, Name: strings.Repeat("a", 200) + ".example", Decision: Allow, BytesOut: 1}
 	const n = 100_000 // ~30 MB of JSON: well past maxPending
 	start := time.Now()
 	for range n {
@@ -188,7 +188,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk ful
 
 func TestLogWriteError(t *testing.T) {
 	l := newLog(failingWriter{}, 0, 0, time.Now)
-	l.Record(Event{Kind: "dns", Decision: "deny"})
+	l.Record(Event{Kind: KindDNS, Decision: Deny})
 	err := l.Close()
 	if err == nil || !strings.Contains(err.Error(), "writing the audit log: disk full") {
 		t.Errorf("Close = %v, want the write error", err)
@@ -253,9 +253,9 @@ func TestSummaryString(t *testing.T) {
 // event, so only the connection counts them; credential use and misuse are counted from the details.
 func TestSummaryCountsCredentialsAndNotRequestBytesTwice(t *testing.T) {
 	l := newLog(io.Discard, 0, 0, time.Now)
-	l.Record(Event{Kind: "connect", Decision: "allow", BytesIn: 100, BytesOut: 10})
-	l.Record(Event{Kind: "http", Decision: "allow", BytesIn: 90, BytesOut: 5, Detail: map[string]string{DetailCredentials: "API_KEY", DetailCredentialEchoed: "2"}})
-	l.Record(Event{Kind: "http", Decision: "allow", Detail: map[string]string{DetailCredentialMisuse: "API_KEY in header X"}})
+	l.Record(Event{Kind: KindConnect, Decision: Allow, BytesIn: 100, BytesOut: 10})
+	l.Record(Event{Kind: KindHTTP, Decision: Allow, BytesIn: 90, BytesOut: 5, Detail: map[string]string{DetailCredentials: "API_KEY", DetailCredentialEchoed: "2"}})
+	l.Record(Event{Kind: KindHTTP, Decision: Allow, Detail: map[string]string{DetailCredentialMisuse: "API_KEY in header X"}})
 	s := l.Summary()
 	if s.BytesIn != 100 || s.BytesOut != 10 || s.CredentialUses != 1 || s.Misuses != 1 || s.Echoes != 1 || s.Allowed != 3 {
 		t.Fatalf("summary %+v", s)

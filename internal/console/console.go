@@ -174,11 +174,11 @@ func passes(f *os.File, name string) (bool, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return false, nil
 	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &fs); err != nil {
+	anon, err := onPipeFS(fd)
+	if err != nil {
 		return false, fmt.Errorf("%s (fd %d): %w", name, fd, err)
 	}
-	return fs.Type == unix.PIPEFS_MAGIC, nil
+	return anon, nil
 }
 
 // sameFile reports whether a and b are the same file (device and inode).

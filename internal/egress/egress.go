@@ -9,22 +9,15 @@ package egress
 
 import (
 	"net/netip"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
-// Decision is the policy's answer for one host and port.
-type Decision struct {
-	Allow bool
-	// Rule names the policy line that decided ("network.allow[2]", "network.deny[0]", "default").
-	Rule string
-	// Reason says why in a few words ("not in network.allow").
-	Reason string
-	// Fix says which policy line would allow it, for the one-line denial message; empty when allowed
-	// or when the denial is not a policy matter (a mismatch, a metadata address).
-	Fix string
-	// Upstream, when valid, is the address the policy pins the name to (network.hosts); the gateway
-	// then dials it and nothing else, and may dial a private or loopback address only in this case.
-	Upstream netip.Addr
-}
+// Decision is the policy's answer for one host and port: allow or not, the policy line that decided,
+// why, the edit that would allow it, and where a pinned name must be dialled. The type is the policy's
+// (policy.Decision): the policy is data and imports nothing of the gateway, so the dependency runs
+// from enforcement to rules and never back. The alias keeps the gateway's vocabulary.
+type Decision = policy.Decision
 
 // Policy decides whether the sandbox may reach host:port. Host is lower-case, without a trailing dot.
 type Policy interface {

@@ -5,9 +5,24 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-
-	"github.com/cordon-sandbox/cordon/internal/egress"
 )
+
+// Decision is the network policy's answer for one host and port. It is the policy's own type, so that
+// the policy stays data that knows nothing of the gateway enforcing it; the egress packages name it
+// egress.Decision (an alias), which is how a *NetMatcher is the gateway's egress.Policy as it is.
+type Decision struct {
+	Allow bool
+	// Rule names the policy line that decided ("network.allow[2]", "network.deny[0]", "default").
+	Rule string
+	// Reason says why in a few words ("not in network.allow").
+	Reason string
+	// Fix says which policy line would allow it, for the one-line denial message; empty when allowed
+	// or when the denial is not a policy matter (a mismatch, a metadata address).
+	Fix string
+	// Upstream, when valid, is the address the policy pins the name to (network.hosts); the gateway
+	// then dials it and nothing else, and may dial a private or loopback address only in this case.
+	Upstream netip.Addr
+}
 
 // PresetSource expands a preset named in network.presets into the endpoints it allows. It is an
 // interface because a preset is not a fixed list: it reads the tool's own configuration (npm's
@@ -20,8 +35,8 @@ type PresetSource interface {
 }
 
 // NetMatcher decides egress by the network section: which host names the sandbox may reach, on which
-// TCP ports, and where the gateway must dial a pinned name. It implements egress.Policy. It is built
-// once per run and is read-only afterwards, so it is safe for concurrent use without locks.
+// TCP ports, and where the gateway must dial a pinned name; it is the gateway's egress.Policy. It is
+// built once per run and is read-only afterwards, so it is safe for concurrent use without locks.
 type NetMatcher struct {
 	// none is set for a policy without a network section: everything is denied.
 	none  bool
@@ -140,24 +155,24 @@ func lookup(exact, wild map[string][]int, host string) []int {
 	return out
 }
 
-// Decide implements egress.Policy: it says whether the sandbox may connect to host:port, naming the
+// Decide says whether the sandbox may connect to host:port, naming the
 // policy line that decided and, for a denial the user can lift, the exact edit that would allow it.
 // Host names are compared lower-case without a trailing dot; IP literals and anything that is not a
 // plain host name are always denied; a deny entry wins over every allow entry, on every port.
-func (m *NetMatcher) Decide(host string, port uint16) egress.Decision {
+func (m *NetMatcher) Decide(host string, port uint16) Decision {
 	h := normalizeHost(host)
 	if _, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
-		return egress.Decision{Rule: "default", Reason: "an IP address, not a host name"}
+		return Decision{Rule: "default", Reason: "an IP address, not a host name"}
 	}
 	if !validQueryHost(h) {
-		return egress.Decision{Rule: "default", Reason: "not a valid host name"}
+		return Decision{Rule: "default", Reason: "not a valid host name"}
 	}
 	if m == nil || m.none {
-		return egress.Decision{Rule: "default", Reason: "no network section in the policy", Fix: addHostFix(h, port)}
+		return Decision{Rule: "default", Reason: "no network section in the policy", Fix: addHostFix(h, port)}
 	}
 	if d := lookup(m.denyExact, m.denyWild, h); len(d) > 0 {
 		r := m.deny[d[0]]
-		return egress.Decision{
+		return Decision{
 			Rule:   fmt.Sprintf("%s %q", r.where, r.pattern),
 			Reason: "in network.deny",
 			Fix:    fmt.Sprintf("remove %q from network.deny", r.pattern),
@@ -168,15 +183,15 @@ func (m *NetMatcher) Decide(host string, port uint16) egress.Decision {
 		r := m.allow[i]
 		for _, p := range r.ports {
 			if p == port {
-				return egress.Decision{Allow: true, Rule: r.describe(), Upstream: m.hosts[h]}
+				return Decision{Allow: true, Rule: r.describe(), Upstream: m.hosts[h]}
 			}
 		}
 	}
 	if len(cands) == 0 {
-		return egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: addHostFix(h, port)}
+		return Decision{Rule: "default", Reason: "not in network.allow", Fix: addHostFix(h, port)}
 	}
 	r := m.allow[cands[0]]
-	d := egress.Decision{Rule: r.describe(), Reason: fmt.Sprintf("port %d not allowed for this host", port)}
+	d := Decision{Rule: r.describe(), Reason: fmt.Sprintf("port %d not allowed for this host", port)}
 	if r.preset {
 		d.Fix = addHostFix(h, port)
 	} else {
@@ -185,7 +200,7 @@ func (m *NetMatcher) Decide(host string, port uint16) egress.Decision {
 	return d
 }
 
-// Known implements egress.Policy: it reports whether some allow entry admits host on some port and no
+// Known reports whether some allow entry admits host on some port and no
 // deny entry refuses it, which is what decides whether the sandbox's DNS answers the name at all.
 func (m *NetMatcher) Known(host string) bool {
 	h := normalizeHost(host)

@@ -5,12 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-
-	"github.com/cordon-sandbox/cordon/internal/egress"
 )
-
-// Compile-time check: the gateway takes a *NetMatcher as its policy.
-var _ egress.Policy = (*NetMatcher)(nil)
 
 func testNetwork() *Network {
 	return &Network{
@@ -44,45 +39,45 @@ func TestNetMatcherDecide(t *testing.T) {
 		name     string
 		host     string
 		port     uint16
-		want     egress.Decision
+		want     Decision
 		wantKnow bool
 	}{
-		{"exact", "api.anthropic.com", 443, egress.Decision{Allow: true, Rule: `network.allow[0] "api.anthropic.com" ports [443]`}, true},
-		{"case and trailing dot", "API.Anthropic.COM.", 443, egress.Decision{Allow: true, Rule: `network.allow[0] "api.anthropic.com" ports [443]`}, true},
-		{"entry without ports means 443", "default.example", 443, egress.Decision{Allow: true, Rule: `network.allow[6] "default.example" ports [443]`}, true},
-		{"other port", "api.anthropic.com", 80, egress.Decision{Rule: `network.allow[0] "api.anthropic.com" ports [443]`, Reason: "port 80 not allowed for this host", Fix: "add port 80 to network.allow[0]"}, true},
-		{"second port", "git.internal.example", 22, egress.Decision{Allow: true, Rule: `network.allow[2] "git.internal.example" ports [22, 443]`}, true},
-		{"wildcard one level", "raw.githubusercontent.com", 443, egress.Decision{Allow: true, Rule: `network.allow[1] "*.githubusercontent.com" ports [443]`}, true},
-		{"wildcard any depth", "a.b.c.githubusercontent.com", 443, egress.Decision{Allow: true, Rule: `network.allow[1] "*.githubusercontent.com" ports [443]`}, true},
-		{"wildcard never the apex", "githubusercontent.com", 443, egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "githubusercontent.com" to network.allow`}, false},
-		{"suffix without a dot is another name", "evilgithubusercontent.com", 443, egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "evilgithubusercontent.com" to network.allow`}, false},
-		{"allowed name as a prefix", "api.anthropic.com.attacker.example", 443, egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "api.anthropic.com.attacker.example" to network.allow`}, false},
-		{"most specific wildcard decides first", "x.api.github.com", 8443, egress.Decision{Allow: true, Rule: `network.allow[4] "*.api.github.com" ports [8443]`}, true},
-		{"less specific wildcard still applies", "x.api.github.com", 443, egress.Decision{Allow: true, Rule: `network.allow[3] "*.github.com" ports [443]`}, true},
-		{"fix names the most specific entry", "x.api.github.com", 22, egress.Decision{Rule: `network.allow[4] "*.api.github.com" ports [8443]`, Reason: "port 22 not allowed for this host", Fix: "add port 22 to network.allow[4]"}, true},
-		{"deny wins over wildcard allow", "uploads.github.com", 443, egress.Decision{Rule: `network.deny[0] "uploads.github.com"`, Reason: "in network.deny", Fix: `remove "uploads.github.com" from network.deny`}, false},
-		{"deny covers every port", "uploads.github.com", 22, egress.Decision{Rule: `network.deny[0] "uploads.github.com"`, Reason: "in network.deny", Fix: `remove "uploads.github.com" from network.deny`}, false},
-		{"deny wildcard", "a.b.evil.github.com", 443, egress.Decision{Rule: `network.deny[1] "*.evil.github.com"`, Reason: "in network.deny", Fix: `remove "*.evil.github.com" from network.deny`}, false},
-		{"deny wildcard not its apex", "evil.github.com", 443, egress.Decision{Allow: true, Rule: `network.allow[3] "*.github.com" ports [443]`}, true},
-		{"pinned name carries its upstream", "pkg.test", 8080, egress.Decision{Allow: true, Rule: `network.allow[5] "pkg.test" ports [8080]`, Upstream: loop}, true},
-		{"pinned name on another port has no upstream", "pkg.test", 443, egress.Decision{Rule: `network.allow[5] "pkg.test" ports [8080]`, Reason: "port 443 not allowed for this host", Fix: "add port 443 to network.allow[5]"}, true},
-		{"hosts alone does not allow", "pinned.only", 443, egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "pinned.only" to network.allow`}, false},
-		{"fix for a new host on another port", "example.com", 8443, egress.Decision{Rule: "default", Reason: "not in network.allow", Fix: `add {host: "example.com", ports: [8443]} to network.allow`}, false},
-		{"IPv4 literal", "127.0.0.1", 443, egress.Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
-		{"IPv6 literal", "[::1]", 443, egress.Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
-		{"IPv6 literal bare", "fd00::1", 443, egress.Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
-		{"numeric name read as IPv4", "2130706433", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"short IPv4 form", "127.1", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"wildcard as a query", "*.github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"empty label", "a..github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"NUL byte", "x\x00.github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"escaped dot", `a\.b.github.com`, 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"Kelvin sign is not k", "\u212Aa.github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"space", "x.github.com ", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"empty", "", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"root", ".", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"too long", strings.Repeat("a.", 126) + "github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
-		{"label too long", strings.Repeat("a", 64) + ".github.com", 443, egress.Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"exact", "api.anthropic.com", 443, Decision{Allow: true, Rule: `network.allow[0] "api.anthropic.com" ports [443]`}, true},
+		{"case and trailing dot", "API.Anthropic.COM.", 443, Decision{Allow: true, Rule: `network.allow[0] "api.anthropic.com" ports [443]`}, true},
+		{"entry without ports means 443", "default.example", 443, Decision{Allow: true, Rule: `network.allow[6] "default.example" ports [443]`}, true},
+		{"other port", "api.anthropic.com", 80, Decision{Rule: `network.allow[0] "api.anthropic.com" ports [443]`, Reason: "port 80 not allowed for this host", Fix: "add port 80 to network.allow[0]"}, true},
+		{"second port", "git.internal.example", 22, Decision{Allow: true, Rule: `network.allow[2] "git.internal.example" ports [22, 443]`}, true},
+		{"wildcard one level", "raw.githubusercontent.com", 443, Decision{Allow: true, Rule: `network.allow[1] "*.githubusercontent.com" ports [443]`}, true},
+		{"wildcard any depth", "a.b.c.githubusercontent.com", 443, Decision{Allow: true, Rule: `network.allow[1] "*.githubusercontent.com" ports [443]`}, true},
+		{"wildcard never the apex", "githubusercontent.com", 443, Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "githubusercontent.com" to network.allow`}, false},
+		{"suffix without a dot is another name", "evilgithubusercontent.com", 443, Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "evilgithubusercontent.com" to network.allow`}, false},
+		{"allowed name as a prefix", "api.anthropic.com.attacker.example", 443, Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "api.anthropic.com.attacker.example" to network.allow`}, false},
+		{"most specific wildcard decides first", "x.api.github.com", 8443, Decision{Allow: true, Rule: `network.allow[4] "*.api.github.com" ports [8443]`}, true},
+		{"less specific wildcard still applies", "x.api.github.com", 443, Decision{Allow: true, Rule: `network.allow[3] "*.github.com" ports [443]`}, true},
+		{"fix names the most specific entry", "x.api.github.com", 22, Decision{Rule: `network.allow[4] "*.api.github.com" ports [8443]`, Reason: "port 22 not allowed for this host", Fix: "add port 22 to network.allow[4]"}, true},
+		{"deny wins over wildcard allow", "uploads.github.com", 443, Decision{Rule: `network.deny[0] "uploads.github.com"`, Reason: "in network.deny", Fix: `remove "uploads.github.com" from network.deny`}, false},
+		{"deny covers every port", "uploads.github.com", 22, Decision{Rule: `network.deny[0] "uploads.github.com"`, Reason: "in network.deny", Fix: `remove "uploads.github.com" from network.deny`}, false},
+		{"deny wildcard", "a.b.evil.github.com", 443, Decision{Rule: `network.deny[1] "*.evil.github.com"`, Reason: "in network.deny", Fix: `remove "*.evil.github.com" from network.deny`}, false},
+		{"deny wildcard not its apex", "evil.github.com", 443, Decision{Allow: true, Rule: `network.allow[3] "*.github.com" ports [443]`}, true},
+		{"pinned name carries its upstream", "pkg.test", 8080, Decision{Allow: true, Rule: `network.allow[5] "pkg.test" ports [8080]`, Upstream: loop}, true},
+		{"pinned name on another port has no upstream", "pkg.test", 443, Decision{Rule: `network.allow[5] "pkg.test" ports [8080]`, Reason: "port 443 not allowed for this host", Fix: "add port 443 to network.allow[5]"}, true},
+		{"hosts alone does not allow", "pinned.only", 443, Decision{Rule: "default", Reason: "not in network.allow", Fix: `add "pinned.only" to network.allow`}, false},
+		{"fix for a new host on another port", "example.com", 8443, Decision{Rule: "default", Reason: "not in network.allow", Fix: `add {host: "example.com", ports: [8443]} to network.allow`}, false},
+		{"IPv4 literal", "127.0.0.1", 443, Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
+		{"IPv6 literal", "[::1]", 443, Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
+		{"IPv6 literal bare", "fd00::1", 443, Decision{Rule: "default", Reason: "an IP address, not a host name"}, false},
+		{"numeric name read as IPv4", "2130706433", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"short IPv4 form", "127.1", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"wildcard as a query", "*.github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"empty label", "a..github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"NUL byte", "x\x00.github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"escaped dot", `a\.b.github.com`, 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"Kelvin sign is not k", "\u212Aa.github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"space", "x.github.com ", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"empty", "", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"root", ".", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"too long", strings.Repeat("a.", 126) + "github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
+		{"label too long", strings.Repeat("a", 64) + ".github.com", 443, Decision{Rule: "default", Reason: "not a valid host name"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,7 +144,7 @@ func TestNetMatcherNilNetwork(t *testing.T) {
 	var n *Network
 	m := mustMatcher(t, n, nil)
 	d := m.Decide("example.com", 443)
-	want := egress.Decision{Rule: "default", Reason: "no network section in the policy", Fix: `add "example.com" to network.allow`}
+	want := Decision{Rule: "default", Reason: "no network section in the policy", Fix: `add "example.com" to network.allow`}
 	if d != want {
 		t.Errorf("got %+v, want %+v", d, want)
 	}
@@ -210,13 +205,13 @@ func TestNetMatcherPresets(t *testing.T) {
 	tests := []struct {
 		host string
 		port uint16
-		want egress.Decision
+		want Decision
 	}{
-		{"github.com", 443, egress.Decision{Allow: true, Rule: `network.presets[0] "github" "github.com" ports [443]`}},
-		{"raw.githubusercontent.com", 443, egress.Decision{Allow: true, Rule: `network.presets[0] "github" "*.githubusercontent.com" ports [443]`}},
+		{"github.com", 443, Decision{Allow: true, Rule: `network.presets[0] "github" "github.com" ports [443]`}},
+		{"raw.githubusercontent.com", 443, Decision{Allow: true, Rule: `network.presets[0] "github" "*.githubusercontent.com" ports [443]`}},
 		// A preset's entry cannot be edited, so the fix is a new allow entry.
-		{"github.com", 22, egress.Decision{Rule: `network.presets[0] "github" "github.com" ports [443]`, Reason: "port 22 not allowed for this host", Fix: `add {host: "github.com", ports: [22]} to network.allow`}},
-		{"gist.githubusercontent.com", 443, egress.Decision{Rule: `network.deny[0] "gist.githubusercontent.com"`, Reason: "in network.deny", Fix: `remove "gist.githubusercontent.com" from network.deny`}},
+		{"github.com", 22, Decision{Rule: `network.presets[0] "github" "github.com" ports [443]`, Reason: "port 22 not allowed for this host", Fix: `add {host: "github.com", ports: [22]} to network.allow`}},
+		{"gist.githubusercontent.com", 443, Decision{Rule: `network.deny[0] "gist.githubusercontent.com"`, Reason: "in network.deny", Fix: `remove "gist.githubusercontent.com" from network.deny`}},
 	}
 	for _, tt := range tests {
 		if got := m.Decide(tt.host, tt.port); got != tt.want {

@@ -110,7 +110,10 @@ func syntaxError(name string, err error) error {
 }
 
 // decoder walks a YAML node tree into a Policy, so that every error can name the node's position and
-// the field's path as the user wrote it.
+// the field's path as the user wrote it. Each section of the file has a file of its own (filesystem.go,
+// env.go, limits.go, sandbox.go, network.go, credentials.go) holding its types and the decoder method
+// that maps the section's node onto them, so adding a section or a key is a local change; the checks
+// of single values they share are in validate.go.
 type decoder struct {
 	file string
 	home string
@@ -292,4 +295,53 @@ func describe(n *yaml.Node) string {
 		return strconv.Quote(v)
 	}
 	return "an unsupported YAML node"
+}
+
+// host decodes a string and checks it as a host (pattern).
+func (d *decoder) host(n *yaml.Node, path string, check func(string) (string, error)) (string, error) {
+	s, err := d.str(n, path)
+	if err != nil {
+		return "", err
+	}
+	h, err := check(s)
+	if err != nil {
+		return "", d.errf(n, path, "%v", err)
+	}
+	return h, nil
+}
+
+// path decodes an absolute or ~-relative host path.
+func (d *decoder) path(n *yaml.Node, path string) (string, error) {
+	s, err := d.str(n, path)
+	if err != nil {
+		return "", err
+	}
+	p, err := expandPath(s, d.home)
+	if err != nil {
+		return "", d.errf(n, path, "%v", err)
+	}
+	return p, nil
+}
+
+// require reports the first of names missing from seen, at the mapping n.
+func (d *decoder) require(n *yaml.Node, path string, seen map[string]*yaml.Node, names ...string) error {
+	for _, name := range names {
+		if seen[name] == nil {
+			return d.errf(n, path, "%s is required", name)
+		}
+	}
+	return nil
+}
+
+// valueOf returns the value of key in mapping n, or nil.
+func valueOf(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }

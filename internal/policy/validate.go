@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/httpoverride"
 )
 
 // The checks below validate one value each. They return the value normalized (lower-cased host names,
@@ -224,28 +226,15 @@ func checkHeader(s string) (string, error) {
 
 // checkOverrideHeader validates a header an HTTP rule allows (network.http[].allow[].headers): only
 // method-override and URL-rewrite headers are refused to begin with, so any other name is a mistake.
+// The list is internal/httpoverride's, the one the gateway refuses by.
 func checkOverrideHeader(s string) (string, error) {
 	if !validHeaderName(s) {
 		return "", fmt.Errorf("%q is not a valid HTTP header name", s)
 	}
-	if !isOverrideHeader(s) {
+	if !httpoverride.Is(s) {
 		return "", fmt.Errorf("%q is not a method-override or URL-rewrite header (only those are refused, so only those need allowing)", s)
 	}
 	return s, nil
-}
-
-// isOverrideHeader reports whether s names a header the gateway refuses on rule-limited hosts unless a
-// rule allows it: one servers read as the request's real method or path. The gateway keeps the same
-// list (internal/egress/intercept, request_checks.go) and refuses at start a name it does not know.
-func isOverrideHeader(s string) bool {
-	switch strings.ReplaceAll(strings.ToLower(s), "_", "-") {
-	case "x-http-method-override", "x-http-method", "x-method-override", "x-original-method",
-		"x-forwarded-method", "x-original-url", "x-original-uri", "x-rewrite-url", "x-override-url",
-		"x-forwarded-uri", "x-forwarded-url", "x-forwarded-path", "x-forwarded-prefix",
-		"x-envoy-original-path":
-		return true
-	}
-	return false
 }
 
 func checkRepository(s string) (string, error) {
@@ -271,4 +260,43 @@ func isLoopback(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+func allLabels(h string) bool {
+	for _, l := range strings.Split(h, ".") {
+		if !validLabel(strings.ToLower(l)) {
+			return false
+		}
+	}
+	return true
+}
+
+// isRoleARN checks arn:PARTITION:iam::ACCOUNT:role/NAME, with IAM's characters for names and paths.
+// (Written out rather than as a regexp: a package-level regexp is compiled by every start of the
+// binary, the sandbox's init included.)
+func isRoleARN(s string) bool {
+	parts := strings.SplitN(s, ":", 6)
+	if len(parts) != 6 || parts[0] != "arn" || !strings.HasPrefix(parts[1], "aws") || parts[2] != "iam" || parts[3] != "" {
+		return false
+	}
+	if len(parts[4]) != 12 || strings.Trim(parts[4], "0123456789") != "" {
+		return false
+	}
+	name, ok := strings.CutPrefix(parts[5], "role/")
+	return ok && name != "" && len(name) <= 512 && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+=,.@/-") == ""
+}
+
+// isAWSRegion checks the shape of a region name: letters, then dash-separated words, then a number
+// (eu-west-3, us-gov-west-1).
+func isAWSRegion(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) < 3 || strings.Trim(parts[len(parts)-1], "0123456789") != "" || parts[len(parts)-1] == "" {
+		return false
+	}
+	for _, p := range parts[:len(parts)-1] {
+		if p == "" || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") != "" {
+			return false
+		}
+	}
+	return true
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package probe
 
 import (
@@ -13,18 +15,6 @@ import (
 	"strings"
 	"time"
 )
-
-// Injected is a credential as the cleartext probe needs it: the variable that holds its placeholder,
-// where the gateway would put its value, and the allowed endpoints of the hosts it is bound to.
-type Injected struct {
-	Name string `json:"name"`
-	// Header, Scheme ("bearer" or "basic") and Body say where the placeholder is sent, as the
-	// policy's inject entry does.
-	Header string     `json:"header,omitempty"`
-	Scheme string     `json:"scheme,omitempty"`
-	Body   bool       `json:"body,omitempty"`
-	Hosts  []Endpoint `json:"hosts"`
-}
 
 // cleartextPath is the path the probe asks for, so an upstream's log shows what sent it.
 const cleartextPath = "/cordon-probe-cleartext"

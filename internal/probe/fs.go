@@ -1,13 +1,13 @@
+//go:build linux
+
 package probe
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -213,26 +213,4 @@ func leakedFDs(_ context.Context, env *Env) Verdict {
 		return fail("descriptors inherited from outside: %s", strings.Join(env.FDs, "; "))
 	}
 	return pass("only the three standard streams were inherited")
-}
-
-// snapshotFDs lists the descriptors above stderr open now, other than the Go runtime's own
-// (epoll, eventfd, pidfd show as anon_inode) and the directory being listed.
-func snapshotFDs() []string {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil
-	}
-	leaked := []string{}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil || n <= 2 {
-			continue
-		}
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil || strings.HasPrefix(target, "anon_inode:") || strings.HasSuffix(target, "/fd") {
-			continue
-		}
-		leaked = append(leaked, fmt.Sprintf("%d -> %s", n, target))
-	}
-	return leaked
 }

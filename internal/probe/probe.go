@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,16 +77,6 @@ type Verdict struct {
 	Evidence string
 	Planted  []string
 	Held     map[string]string
-}
-
-func pass(format string, args ...any) Verdict {
-	return Verdict{Status: Pass, Evidence: fmt.Sprintf(format, args...)}
-}
-func fail(format string, args ...any) Verdict {
-	return Verdict{Status: Fail, Evidence: fmt.Sprintf(format, args...)}
-}
-func skip(format string, args ...any) Verdict {
-	return Verdict{Status: Skip, Evidence: fmt.Sprintf(format, args...)}
 }
 
 // Env is what every probe may use: the canaries' coordinates and the directory to plant files in.
@@ -303,3 +294,41 @@ func Sorted(results []Result) []Result {
 	})
 	return out
 }
+
+// Injected is a credential as the cleartext probe needs it: the variable that holds its placeholder,
+// where the gateway would put its value, and the allowed endpoints of the hosts it is bound to.
+type Injected struct {
+	Name string `json:"name"`
+	// Header, Scheme ("bearer" or "basic") and Body say where the placeholder is sent, as the
+	// policy's inject entry does.
+	Header string     `json:"header,omitempty"`
+	Scheme string     `json:"scheme,omitempty"`
+	Body   bool       `json:"body,omitempty"`
+	Hosts  []Endpoint `json:"hosts"`
+}
+
+// snapshotFDs lists the descriptors above stderr open now, other than the Go runtime's own
+// (epoll, eventfd, pidfd show as anon_inode) and the directory being listed.
+func snapshotFDs() []string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	leaked := []string{}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n <= 2 {
+			continue
+		}
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || strings.HasPrefix(target, "anon_inode:") || strings.HasSuffix(target, "/fd") {
+			continue
+		}
+		leaked = append(leaked, fmt.Sprintf("%d -> %s", n, target))
+	}
+	return leaked
+}
+
+// AllocArg0 is the argv[0] under which the probe binary runs as res.memory's child: it allocates and
+// touches the bytes given as its argument, so that an out-of-memory kill hits the child, not the probes.
+const AllocArg0 = "cordon-probe-alloc"

@@ -1,3 +1,5 @@
+//go:build linux
+
 package probe
 
 import (
@@ -24,10 +26,6 @@ func resourceProbes() []Probe {
 		{"res.open-files", Resources, "check the open-files limit (RLIMIT_NOFILE)", resOpenFiles},
 	}
 }
-
-// AllocArg0 is the argv[0] under which the probe binary runs as res.memory's child: it allocates and
-// touches the bytes given as its argument, so that an out-of-memory kill hits the child, not the probes.
-const AllocArg0 = "cordon-probe-alloc"
 
 // AllocMain is the res.memory child's main.
 func AllocMain(args []string) int {

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -384,46 +383,6 @@ func resolve(m Meta) string {
 	return StateInterrupted
 }
 
-// Alive says whether pid is still the process that started at start (clock ticks since boot).
-func Alive(pid int, start uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	got, err := ProcessStart(pid)
-	return err == nil && got == start
-}
-
-// ProcessStart returns when pid started, in clock ticks since boot (field 22 of /proc/pid/stat),
-// which together with the pid names one process for the life of the system.
-func ProcessStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("runstate: process %d: %w", pid, err)
-	}
-	// The command name (field 2) is in parentheses and may itself contain spaces and ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("runstate: process %d: malformed stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("runstate: process %d: short stat", pid)
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("runstate: process %d: start time: %w", pid, err)
-	}
-	return v, nil
-}
-
-// Self returns this process's pid and start time, for Meta.PID and Meta.PIDStart.
-func Self() (pid int, start uint64, err error) {
-	pid = os.Getpid()
-	start, err = ProcessStart(pid)
-	return pid, start, err
-}
-
 // Lock takes the run's exclusive lock, which serialises every change of its state and every
 // operation that must not run twice at once (apply, export, discard, gc). It blocks until free.
 func (r *Run) Lock() (unlock func(), err error) {
@@ -495,109 +454,8 @@ func writeMeta(dir string, m *Meta, durable bool) error {
 	if err != nil {
 		return fmt.Errorf("runstate: encode meta: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, metaFile), append(b, '\n'), 0o600, durable)
-}
-
-// Sync makes the run durable as it is now: every regular file directly in its directory (meta.json
-// and what other packages keep beside it), the directory itself and its entry in the runs
-// directory. It completes what CreateLazy and WriteFileAtomicLazy left to the disk's own pace.
-func (r *Run) Sync() error {
-	ents, err := os.ReadDir(r.Dir)
-	if err != nil {
-		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if err := syncFile(filepath.Join(r.Dir, e.Name())); err != nil {
-			return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
-		}
-	}
-	if err := SyncDir(r.Dir); err != nil {
-		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
-	}
-	if err := SyncDir(filepath.Dir(r.Dir)); err != nil {
-		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
-	}
-	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // removed meanwhile (a temporary file renamed away)
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same directory, fsyncs it,
-// renames it over path and fsyncs the directory.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	return writeFileAtomic(path, data, perm, true)
-}
-
-// WriteFileAtomicLazy is WriteFileAtomic without the fsyncs, for a file in a run directory that
-// Run.Sync makes durable later (see CreateLazy). Readers still see the old or the new file, never a
-// torn one.
-func WriteFileAtomicLazy(path string, data []byte, perm fs.FileMode) error {
-	return writeFileAtomic(path, data, perm, false)
-}
-
-func writeFileAtomic(path string, data []byte, perm fs.FileMode, durable bool) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	ok = true
 	if !durable {
-		return nil
+		return WriteFileAtomicLazy(filepath.Join(dir, metaFile), append(b, '\n'), 0o600)
 	}
-	return SyncDir(dir)
-}
-
-// SyncDir makes a rename or creation in dir durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return WriteFileAtomic(filepath.Join(dir, metaFile), append(b, '\n'), 0o600)
 }

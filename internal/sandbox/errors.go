@@ -32,5 +32,5 @@ func (e *ExecError) Error() string {
 }
 func (e *ExecError) Unwrap() error { return e.Err }
 
-// ErrUnsupported is wrapped by errors for kernel features the host lacks.
-var ErrUnsupported = errors.New("not supported by this host")
+// ErrHostLacks is wrapped by errors for kernel features the host lacks (a cgroup controller, say).
+var ErrHostLacks = errors.New("not supported by this host")

@@ -427,7 +427,7 @@ func stageEntry(src, dst string, mode fs.FileMode, uid, gid int) error {
 	case mode&fs.ModeDevice != 0:
 		var st unix.Stat_t
 		if err = unix.Lstat(src, &st); err == nil {
-			err = unix.Mknod(dst, st.Mode&unix.S_IFMT|0o600, int(st.Rdev))
+			err = mknodLike(dst, &st)
 		}
 	default:
 		return fmt.Errorf("cannot apply a %v", mode.Type())
@@ -585,7 +585,7 @@ func syncfs(path string) error {
 		return fmt.Errorf("workspace: sync: %w", err)
 	}
 	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
+	if err := syncFS(int(f.Fd())); err != nil {
 		return fmt.Errorf("workspace: sync: %w", err)
 	}
 	return nil

@@ -120,7 +120,8 @@ func copyProject(runDir, project, dst string) (string, error) {
 
 func ctimeNs(fi fs.FileInfo) int64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Ctim.Nano()
+		_, ctime, _ := statTimes(st)
+		return ctime
 	}
 	return fi.ModTime().UnixNano()
 }
@@ -137,7 +138,7 @@ func copyFile(src, dst string, perm fs.FileMode) (cloned bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
+	if cloneFile(int(out.Fd()), int(in.Fd())) == nil {
 		return true, out.Close()
 	}
 	if _, err := io.Copy(out, in); err != nil {

@@ -46,7 +46,7 @@ func setupDisk(run *runstate.Run, size int64) (note string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("workspace: disk image: %w", err)
 	}
-	err = unix.Fallocate(int(f.Fd()), 0, 0, size)
+	err = allocate(int(f.Fd()), size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

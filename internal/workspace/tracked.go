@@ -125,8 +125,8 @@ func stampOf(path string) (Stamp, error) {
 	if err := syscall.Lstat(path, &st); err != nil {
 		return Stamp{}, err
 	}
-	return Stamp{Dev: st.Dev, Ino: st.Ino, Size: st.Size,
-		Mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec}, nil
+	mtime, ctime, dev := statTimes(&st)
+	return Stamp{Dev: dev, Ino: st.Ino, Size: st.Size, Mtime: mtime, Ctime: ctime}, nil
 }
 
 // prune drops verdicts for files not asked about now (deleted, or no longer secret-shaped).

@@ -254,11 +254,14 @@ func stampBase(runDir string, project fs.FileInfo) (time.Time, time.Duration, er
 	}
 	base := changeTime(fi)
 	var slack time.Duration
-	if st, ok := project.Sys().(*syscall.Stat_t); ok && st.Ctim.Nsec == 0 && st.Mtim.Nsec == 0 {
+	if st, ok := project.Sys().(*syscall.Stat_t); ok && whole(statTimes(st)) {
 		slack = 2 * time.Second
 	}
 	return base, slack, nil
 }
+
+// whole reports times with no fraction of a second: a file system that keeps whole seconds.
+func whole(mtime, ctime int64, _ uint64) bool { return mtime%1e9 == 0 && ctime%1e9 == 0 }
 
 // changeTime is the later of a file's mtime and ctime. ctime cannot be set back by a program, mtime
 // can be set forward; either one moving means the file changed.
@@ -267,7 +270,8 @@ func changeTime(fi fs.FileInfo) time.Time {
 	if !ok {
 		return fi.ModTime()
 	}
-	c := time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	_, ctime, _ := statTimes(st)
+	c := time.Unix(0, ctime)
 	if m := fi.ModTime(); m.After(c) {
 		return m
 	}

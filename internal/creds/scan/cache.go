@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // rulesVersion names the rules a cache was made with; change it with any rule, so that a cache made by
@@ -53,13 +51,6 @@ type fileIdentity struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime int64 // nanoseconds
-}
-
-func identityOf(st *unix.Stat_t) fileIdentity {
-	return fileIdentity{
-		dev: st.Dev, ino: st.Ino, size: st.Size,
-		mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec,
-	}
 }
 
 // NewCache returns an empty cache.

@@ -294,14 +294,14 @@ func sanitizeName(name string) string {
 // carry an ID, or a response rather than a query: answering a response could start two servers
 // bouncing errors at each other). Every message, answered or not, is one audit event.
 func (s *Server) handle(raw []byte, proto string) (out []byte) {
-	ev := audit.Event{Kind: "dns", Decision: "deny", Detail: map[string]string{"transport": proto}}
+	ev := audit.Event{Kind: audit.KindDNS, Decision: audit.Deny, Detail: map[string]string{"transport": proto}}
 	// The message is hostile input. Should parsing it ever panic, that query goes unanswered and is
 	// logged, and the sandbox's DNS (and cordon with it) stays up; the fuzz target calls answer
 	// directly, so it still sees any panic.
 	defer func() {
 		if p := recover(); p != nil {
 			out = nil
-			s.rec.Record(audit.Event{Kind: "dns", Decision: "deny", Reason: fmt.Sprintf("internal error answering the query: %v", p),
+			s.rec.Record(audit.Event{Kind: audit.KindDNS, Decision: audit.Deny, Reason: fmt.Sprintf("internal error answering the query: %v", p),
 				Detail: map[string]string{"transport": proto}})
 		}
 	}()
@@ -314,7 +314,7 @@ func (s *Server) handle(raw []byte, proto string) (out []byte) {
 		}
 		var err error
 		if out, err = pack(resp, limit); err != nil {
-			ev.Decision, ev.Reason = "deny", err.Error()
+			ev.Decision, ev.Reason = audit.Deny, err.Error()
 		}
 	}
 	s.rec.Record(ev)
@@ -406,7 +406,7 @@ func (s *Server) respond(raw []byte, ev *audit.Event) (*mdns.Msg, *mdns.OPT) {
 	ev.Name = host
 	resp.Authoritative = true // the sandbox's view of every name is cordon's to give
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") || host == s.hostname {
-		ev.Decision, ev.Rule = "allow", "localhost"
+		ev.Decision, ev.Rule = audit.Allow, "localhost"
 		if host == s.hostname {
 			ev.Rule = "sandbox host name"
 		}
@@ -424,7 +424,7 @@ func (s *Server) respond(raw []byte, ev *audit.Event) (*mdns.Msg, *mdns.OPT) {
 		resp.Rcode = mdns.RcodeNameError
 		return resp, opt
 	}
-	ev.Decision = "allow"
+	ev.Decision = audit.Allow
 	if s.explain != nil {
 		ev.Rule, _ = s.explain.Explain(host)
 	}
@@ -433,7 +433,7 @@ func (s *Server) respond(raw []byte, ev *audit.Event) (*mdns.Msg, *mdns.OPT) {
 	}
 	v4, v6, err := s.names.Assign(host)
 	if err != nil {
-		ev.Decision, ev.Reason = "deny", "no address to answer with: "+err.Error()
+		ev.Decision, ev.Reason = audit.Deny, "no address to answer with: "+err.Error()
 		resp.Rcode = mdns.RcodeServerFailure
 		return resp, opt
 	}

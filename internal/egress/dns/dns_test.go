@@ -146,32 +146,32 @@ func TestAnswers(t *testing.T) {
 		qtype uint16
 		rcode int
 		want  netip.Addr // zero: no answer
-		event string     // the audit decision
+		event audit.Decision
 	}{
-		{"api.example.com.", mdns.TypeA, mdns.RcodeSuccess, api4, "allow"},
-		{"api.example.com.", mdns.TypeAAAA, mdns.RcodeSuccess, api6, "allow"},
-		{"API.Example.COM.", mdns.TypeA, mdns.RcodeSuccess, api4, "allow"},
-		{"api.example.com.", mdns.TypeTXT, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"api.example.com.", mdns.TypeMX, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"api.example.com.", mdns.TypeSRV, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"api.example.com.", mdns.TypeANY, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"api.example.com.", mdns.TypeHTTPS, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"api.example.com.", mdns.TypeCNAME, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"c2VjcmV0.attacker.example.", mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{"c2VjcmV0.attacker.example.", mdns.TypeTXT, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{"c2VjcmV0.attacker.example.", mdns.TypeANY, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{"example.com.", mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{"localhost.", mdns.TypeA, mdns.RcodeSuccess, loop4, "allow"},
-		{"localhost.", mdns.TypeAAAA, mdns.RcodeSuccess, loop6, "allow"},
-		{"localhost.", mdns.TypeMX, mdns.RcodeSuccess, netip.Addr{}, "allow"},
-		{"db.localhost.", mdns.TypeA, mdns.RcodeSuccess, loop4, "allow"},
-		{"box.", mdns.TypeA, mdns.RcodeSuccess, loop4, "allow"},
+		{"api.example.com.", mdns.TypeA, mdns.RcodeSuccess, api4, audit.Allow},
+		{"api.example.com.", mdns.TypeAAAA, mdns.RcodeSuccess, api6, audit.Allow},
+		{"API.Example.COM.", mdns.TypeA, mdns.RcodeSuccess, api4, audit.Allow},
+		{"api.example.com.", mdns.TypeTXT, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"api.example.com.", mdns.TypeMX, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"api.example.com.", mdns.TypeSRV, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"api.example.com.", mdns.TypeANY, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"api.example.com.", mdns.TypeHTTPS, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"api.example.com.", mdns.TypeCNAME, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"c2VjcmV0.attacker.example.", mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{"c2VjcmV0.attacker.example.", mdns.TypeTXT, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{"c2VjcmV0.attacker.example.", mdns.TypeANY, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{"example.com.", mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{"localhost.", mdns.TypeA, mdns.RcodeSuccess, loop4, audit.Allow},
+		{"localhost.", mdns.TypeAAAA, mdns.RcodeSuccess, loop6, audit.Allow},
+		{"localhost.", mdns.TypeMX, mdns.RcodeSuccess, netip.Addr{}, audit.Allow},
+		{"db.localhost.", mdns.TypeA, mdns.RcodeSuccess, loop4, audit.Allow},
+		{"box.", mdns.TypeA, mdns.RcodeSuccess, loop4, audit.Allow},
 		// Not plain host names: refused before the (sloppy) policy could say yes.
-		{`a\.b.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{`a\000.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{`*.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{`caf\195\169.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, "deny"},
-		{`.`, mdns.TypeNS, mdns.RcodeNameError, netip.Addr{}, "deny"},
+		{`a\.b.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{`a\000.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{`*.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{`caf\195\169.wild.example.`, mdns.TypeA, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
+		{`.`, mdns.TypeNS, mdns.RcodeNameError, netip.Addr{}, audit.Deny},
 	}
 	for _, proto := range []string{"udp", "tcp"} {
 		for _, tt := range tests {
@@ -206,7 +206,7 @@ func TestAnswers(t *testing.T) {
 					t.Errorf("answer %v, want %v", got, tt.want)
 				}
 				ev := ts.rec.last()
-				if ev.Kind != "dns" || ev.Decision != tt.event || ev.Detail["qtype"] != mdns.TypeToString[tt.qtype] ||
+				if ev.Kind != audit.KindDNS || ev.Decision != tt.event || ev.Detail["qtype"] != mdns.TypeToString[tt.qtype] ||
 					ev.Detail["rcode"] != mdns.RcodeToString[tt.rcode] || ev.Detail["transport"] != proto {
 					t.Errorf("audit event %+v", ev)
 				}
@@ -351,7 +351,7 @@ func TestTunnelCarriesNothingOut(t *testing.T) {
 	denied := 0
 	for _, ev := range ts.rec.all() {
 		if strings.HasSuffix(ev.Name, "attacker.example") {
-			if ev.Decision != "deny" {
+			if ev.Decision != audit.Deny {
 				t.Errorf("tunnel query not denied: %+v", ev)
 			}
 			denied++
@@ -479,7 +479,7 @@ func TestMalformed(t *testing.T) {
 					ev = e
 				}
 			}
-			if ev.Decision != "deny" {
+			if ev.Decision != audit.Deny {
 				t.Errorf("no deny event with reason %q in %+v", tt.reason, ts.rec.all())
 			}
 		})
@@ -560,7 +560,7 @@ func TestExhaustedRange(t *testing.T) {
 		r := exchange(t, ts, "udp", query(name, mdns.TypeA))
 		if want := mdns.RcodeSuccess; i == 2 {
 			want = mdns.RcodeServerFailure
-			if r.Rcode != want || ts.rec.last().Decision != "deny" {
+			if r.Rcode != want || ts.rec.last().Decision != audit.Deny {
 				t.Errorf("%s: %s, event %+v; want SERVFAIL and a denial", name, mdns.RcodeToString[r.Rcode], ts.rec.last())
 			}
 		} else if r.Rcode != want {
@@ -781,7 +781,7 @@ func TestPanicIsContained(t *testing.T) {
 	}
 	found := false
 	for _, e := range ts.rec.all() {
-		found = found || e.Decision == "deny" && strings.Contains(e.Reason, "internal error answering the query: bug in a collaborator")
+		found = found || e.Decision == audit.Deny && strings.Contains(e.Reason, "internal error answering the query: bug in a collaborator")
 	}
 	if !found {
 		t.Errorf("no audit event for the panic: %+v", ts.rec.all())

@@ -71,7 +71,7 @@ func FuzzHandle(f *testing.F) {
 		if r.Id != binary.BigEndian.Uint16(raw) || !r.Response {
 			t.Fatalf("answer id %d response %v", r.Id, r.Response)
 		}
-		if len(r.Answer) > 0 && (len(r.Question) != 1 || ev.Decision != "allow") {
+		if len(r.Answer) > 0 && (len(r.Question) != 1 || ev.Decision != audit.Allow) {
 			t.Fatalf("answer records with questions %v, decision %q", r.Question, ev.Decision)
 		}
 		for _, rr := range r.Answer {

@@ -1,8 +1,9 @@
-// Package gateway assembles cordon's egress gateway for one sandbox: it creates the listening sockets
-// inside the sandbox's network namespace, installs the nftables rules that send every TCP connection
-// and DNS query there, and serves them from outside with the DNS server and the transparent and
-// explicit proxies, recording every decision in the run's audit log. It is the only piece that knows
-// all the others; each of them is usable and tested on its own.
+// Package gateway assembles cordon's egress gateway for one sandbox: it serves, from outside, the
+// sockets the box made inside its network (where the box's rules send every TCP connection and DNS
+// query) with the DNS server and the transparent and explicit proxies, recording every decision in the
+// run's audit log. It is the only piece that knows all the others; each of them is usable and tested
+// on its own. It takes the sockets as plain listeners (sandbox.Listeners), so it knows nothing of how
+// a backend made them.
 package gateway
 
 import (
@@ -22,7 +23,6 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/egress/dns"
 	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
 	"github.com/cordon-sandbox/cordon/internal/egress/names"
-	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/redact"
@@ -31,7 +31,12 @@ import (
 
 // Ports are where the gateway listens inside the sandbox. DNS is on 53 because resolvers assume it;
 // the others are conventional and only ever seen on the sandbox's own loopback.
-func Ports() netns.Ports { return netns.Ports{Transparent: 15001, Proxy: 3128, DNS: 53} }
+func Ports() sandbox.EgressPorts {
+	return sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}
+}
+
+// The policy's matcher is the gateway's policy as it is (egress.Decision is policy.Decision).
+var _ egress.Policy = (*policy.NetMatcher)(nil)
 
 // Config is what one sandbox's gateway needs.
 type Config struct {
@@ -70,7 +75,7 @@ type Gateway struct {
 	ic      *intercept.Interceptor
 	ca      *intercept.CA
 	dns     *dns.Server
-	sockets *netns.Set
+	sockets sandbox.Listeners
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -104,13 +109,6 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Notify != nil {
 		notices = newNotifier(cfg.Notify)
 	}
-	notify := func(d egress.Decision, name string, port uint16) {
-		line := fmt.Sprintf("blocked %s:%d (%s)", name, port, d.Reason)
-		if d.Fix != "" {
-			line += " — to allow: " + d.Fix
-		}
-		notices.notify(fmt.Sprintf("tcp %s:%d", name, port), line)
-	}
 	refusedName := func(host, reason string) {
 		notices.notifyf(dnsKey(host), func() string {
 			line := fmt.Sprintf("blocked the DNS name %s (%s)", host, reason)
@@ -137,7 +135,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{log: log}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
-		OrigDst: netns.OrigDst, Notify: notify,
+		OrigDst: origDst, Notify: notices.refusedConn,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices); err == nil {
@@ -200,9 +198,15 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	return err
 }
 
-// Serve serves the sockets the sandbox's init created (and whose traffic its rules send here) until
-// Close. It takes ownership of them.
-func (g *Gateway) Serve(sockets *netns.Set) {
+// Serve serves the gateway's sockets inside the sandbox (made by the box, whichever backend it is,
+// with its rules sending the sandbox's traffic to them) until Close. It takes ownership of them. A set
+// without a transparent listener or a DNS socket is refused and closed: the box's traffic would have
+// nowhere to go but a socket nobody serves, and the caller must not let the command run.
+func (g *Gateway) Serve(sockets sandbox.Listeners) error {
+	if len(sockets.Transparent) == 0 || len(sockets.DNSUDP) == 0 {
+		sockets.Close()
+		return errors.New("gateway: the sandbox's sockets are incomplete")
+	}
 	g.sockets = sockets
 	ctx := g.ctx
 	for _, ln := range sockets.Transparent {
@@ -218,6 +222,7 @@ func (g *Gateway) Serve(sockets *netns.Set) {
 		}
 		g.serve(func() error { return g.dns.Serve(ctx, pc, l) })
 	}
+	return nil
 }
 
 // serve runs one server; an error from it is kept for Close. A server that fails stops the whole
@@ -274,9 +279,7 @@ func (g *Gateway) Env() []string {
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.
 func (g *Gateway) Close() (audit.Summary, error) {
 	g.cancel()
-	if g.sockets != nil {
-		g.sockets.Close()
-	}
+	g.sockets.Close()
 	g.wg.Wait()
 	if g.ic != nil {
 		g.ic.Close()

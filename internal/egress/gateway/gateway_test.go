@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,4 +114,27 @@ func TestNotifier(t *testing.T) {
 	}
 	var nilNotifier *notifier
 	nilNotifier.notify("k", "nothing happens")
+}
+
+// TestServeRefusesIncompleteSockets: a box that handed over no transparent listener or no DNS socket
+// would leave its traffic with nowhere served to go; the gateway refuses the set, closes what it got,
+// and the run must not go on.
+func TestServeRefusesIncompleteSockets(t *testing.T) {
+	nw := policy.Network{Allow: []policy.Endpoint{{Host: "api.test", Ports: []uint16{443}}}}
+	g, err := New(Config{Network: &nw, Hostname: "cordon", AuditPath: filepath.Join(t.TempDir(), "audit.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	if err := g.Serve(sandbox.Listeners{Proxy: []net.Listener{proxy}}); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Fatalf("Serve without transparent and DNS sockets: %v, want an error", err)
+	}
+	if _, err := proxy.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the refused set's listener is still open (Accept: %v)", err)
+	}
 }

@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/cordon-sandbox/cordon/internal/egress"
 )
 
 // maxNotices bounds the refusal lines one run prints on the user's terminal; the audit log has every
@@ -49,6 +53,19 @@ func (n *notifier) notifyf(key string, line func() string) {
 		return
 	}
 	n.out(line())
+}
+
+// refusedConn tells the human that a connection to name and port was refused, once per host and
+// port. The proxy calls it on every refusal (proxy.Config.Notify); this notifier is the one place
+// that de-duplicates, and the line is made only when it is printed.
+func (n *notifier) refusedConn(d egress.Decision, name string, port uint16) {
+	n.notifyf("tcp "+name+":"+strconv.Itoa(int(port)), func() string {
+		line := fmt.Sprintf("blocked %s:%d (%s)", name, port, d.Reason)
+		if d.Fix != "" {
+			line += " — to allow: " + d.Fix
+		}
+		return line
+	})
 }
 
 // dnsKey groups a refused name with the other names under the same parent domain (the last two

@@ -251,7 +251,7 @@ func TestAnswerSplits(t *testing.T) {
 				}
 				if !control {
 					ev := s.rec.last(t, "GET", path)
-					if ev.Decision != "deny" || ev.Rule != gatewayRule || !strings.Contains(ev.Detail["error"], "split") || hasReal(fmt.Sprint(ev)) {
+					if ev.Decision != audit.Deny || ev.Rule != gatewayRule || !strings.Contains(ev.Detail["error"], "split") || hasReal(fmt.Sprint(ev)) {
 						t.Errorf("h2=%v %s: recorded as %+v", h2, path, ev)
 					}
 				}
@@ -283,7 +283,7 @@ func TestAnswerSplits(t *testing.T) {
 	evs := s.rec.events()
 	refused := 0
 	for _, ev := range evs {
-		if ev.Detail["path"] == "/split/trailer" && ev.Decision == "deny" && strings.Contains(ev.Detail["error"], "split") {
+		if ev.Detail["path"] == "/split/trailer" && ev.Decision == audit.Deny && strings.Contains(ev.Detail["error"], "split") {
 			refused++
 		}
 	}

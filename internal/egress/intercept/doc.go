@@ -71,7 +71,7 @@
 //
 // # Audit
 //
-// Each request is one audit.Event of Kind "http" with the method, the path (without the query, which
-// may carry secrets), the status, bytes each way and duration, and whatever details Modify returns.
-// Header values are never recorded.
+// Each request is one audit.Event of Kind audit.KindHTTP with the method, the path (without the
+// query, which may carry secrets), the status, bytes each way and duration, and whatever details
+// Modify returns. Header values are never recorded.
 package intercept

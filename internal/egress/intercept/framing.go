@@ -192,7 +192,7 @@ func (g *framingGate) record(i *Interceptor, c *conn) {
 		return
 	}
 	ev := audit.Event{
-		Time: time.Now(), Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
+		Time: time.Now(), Kind: audit.KindHTTP, Name: c.name, Port: c.port, Decision: audit.Deny,
 		Rule: gatewayRule, Reason: reasonBadFraming,
 		Detail: map[string]string{"error": refused.Error()},
 	}

@@ -68,7 +68,7 @@ func TestFramingGate(t *testing.T) {
 					t.Errorf("the upstream got the refused request")
 				}
 				s.rec.wait(t, func(e audit.Event) bool {
-					return e.Decision == "deny" && e.Reason == reasonBadFraming && e.Detail["status"] == "400"
+					return e.Decision == audit.Deny && e.Reason == reasonBadFraming && e.Detail["status"] == "400"
 				})
 			})
 		}

@@ -46,7 +46,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	target, originOK := originForm(r.RequestURI, c)
 	logged, _, _ := strings.Cut(target, "?") // the query may carry secrets: never recorded
 	ev := audit.Event{
-		Time: start, Kind: "http", Name: c.name, Port: c.port, Decision: "deny",
+		Time: start, Kind: audit.KindHTTP, Name: c.name, Port: c.port, Decision: audit.Deny,
 		Detail: map[string]string{"method": r.Method, "path": logged, "proto": r.Proto},
 	}
 	cw := &countingWriter{ResponseWriter: w, ex: ex}
@@ -60,7 +60,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			ev.Detail["error"] = ex.err
 		}
 		if ex.refusal != "" {
-			ev.Decision, ev.Rule, ev.Reason = "deny", gatewayRule, ex.refusal
+			ev.Decision, ev.Rule, ev.Reason = audit.Deny, gatewayRule, ex.refusal
 		}
 		if n := ex.red.Count(); n > 0 {
 			ev.Detail[audit.DetailCredentialEchoed] = strconv.FormatInt(n, 10)
@@ -159,7 +159,7 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Accept-Encoding", "identity")
 		r.Header.Del("Sec-Websocket-Extensions")
 	}
-	ev.Decision = "allow"
+	ev.Decision = audit.Allow
 	r.Header.Del("Host")
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &countingBody{ReadCloser: r.Body}

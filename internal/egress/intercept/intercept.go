@@ -65,7 +65,7 @@ type Config struct {
 	// unencoded answer, and one in an encoding that cannot be searched (other than gzip) is refused
 	// with 502.
 	Redactions func(name string) []redact.Pair
-	// Recorder gets one audit.Event of Kind "http" per request. Nil records nothing.
+	// Recorder gets one audit.Event of Kind audit.KindHTTP per request. Nil records nothing.
 	Recorder audit.Recorder
 	// Notify, if set, gets a one-line account of each refused request ("blocked METHOD URL: reason —
 	// to allow: fix") and a key that says which refusals are the same for a human (host, method and

@@ -67,7 +67,7 @@ func TestGoClient(t *testing.T) {
 				t.Fatalf("upstream SNI %q", last.SNI)
 			}
 			ev := s.rec.last(t, "POST", "/acme/app")
-			if ev.Kind != "http" || ev.Decision != "allow" || ev.Name != "github.com" || ev.Port != s.port ||
+			if ev.Kind != audit.KindHTTP || ev.Decision != audit.Allow || ev.Name != "github.com" || ev.Port != s.port ||
 				ev.Detail["status"] != "200" || ev.BytesOut != 5 || ev.BytesIn != int64(len(body)) {
 				t.Fatalf("event %+v", ev)
 			}
@@ -228,7 +228,7 @@ func TestGit(t *testing.T) {
 	if out, err := push(t, s, "app"); err != nil || !strings.Contains(logOf("app"), "agent-app") {
 		t.Fatalf("clone and push of acme/app under the rule failed: %v\n%s", err, out)
 	}
-	if ev := s.rec.last(t, "POST", "/acme/app.git/git-receive-pack"); ev.Decision != "allow" || ev.Detail["proto"] != "HTTP/2.0" || ev.BytesOut == 0 {
+	if ev := s.rec.last(t, "POST", "/acme/app.git/git-receive-pack"); ev.Decision != audit.Allow || ev.Detail["proto"] != "HTTP/2.0" || ev.BytesOut == 0 {
 		t.Fatalf("push event %+v", ev)
 	}
 	out, err := push(t, s, "other")
@@ -236,7 +236,7 @@ func TestGit(t *testing.T) {
 		t.Fatalf("acme/other was cloned or pushed under a rule for acme/app only: %s", out)
 	}
 	ev := s.rec.last(t, "GET", "/acme/other.git/info/refs")
-	if ev.Decision != "deny" || ev.Rule != "network.http[0]" || ev.Detail["status"] != "403" {
+	if ev.Decision != audit.Deny || ev.Rule != "network.http[0]" || ev.Detail["status"] != "403" {
 		t.Fatalf("refusal event %+v", ev)
 	}
 	// The refusal of a push itself, as git's request would be made (clone had already been refused).
@@ -257,7 +257,7 @@ func TestGit(t *testing.T) {
 	if out, err := push(t, wide, "other", "-c", "http.version=HTTP/1.1"); err != nil || !strings.Contains(logOf("other"), "agent-other") {
 		t.Fatalf("control: push to acme/other under a rule allowing it failed: %v\n%s", err, out)
 	}
-	if ev := wide.rec.last(t, "POST", "/acme/other.git/git-receive-pack"); ev.Decision != "allow" || ev.Detail["proto"] != "HTTP/1.1" {
+	if ev := wide.rec.last(t, "POST", "/acme/other.git/git-receive-pack"); ev.Decision != audit.Allow || ev.Detail["proto"] != "HTTP/1.1" {
 		t.Fatalf("push event %+v", ev)
 	}
 }
@@ -341,7 +341,7 @@ func TestDomainFronting(t *testing.T) {
 	ev := s.rec.last(t, "GET", "/front")
 	found := false
 	for _, e := range s.rec.events() {
-		if e.Detail["status"] == "421" && e.Decision == "deny" && e.Reason == "Host does not match the connection's name" && e.Detail["host"] != "" {
+		if e.Detail["status"] == "421" && e.Decision == audit.Deny && e.Reason == "Host does not match the connection's name" && e.Detail["host"] != "" {
 			found = true
 		}
 	}
@@ -376,7 +376,7 @@ func TestUpstreamTrust(t *testing.T) {
 				t.Fatalf("%d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
 			ev := s.rec.last(t, "GET", "/x")
-			if tc.status == 502 && (ev.Decision != "deny" || !strings.Contains(body, "certificate")) {
+			if tc.status == 502 && (ev.Decision != audit.Deny || !strings.Contains(body, "certificate")) {
 				t.Fatalf("refusal: %+v %q", ev, body)
 			}
 		})
@@ -425,7 +425,7 @@ func TestWebsocket(t *testing.T) {
 		c.Close() // the proxy relays the half-close and waits for ours
 	}
 	s.rec.wait(t, func(e audit.Event) bool {
-		return e.Detail["path"] == "/ws" && e.Decision == "allow" && e.Detail["status"] == "101"
+		return e.Detail["path"] == "/ws" && e.Decision == audit.Allow && e.Detail["status"] == "101"
 	})
 	if n := len(up.requests()); n != 1 {
 		t.Fatalf("want only the websocket relayed, upstream saw %+v", up.requests())
@@ -477,10 +477,10 @@ func TestModify(t *testing.T) {
 		t.Fatalf("Modify saw %q", seen)
 	}
 	ev := s.rec.last(t, "GET", "/v1/models")
-	if ev.Detail["credential"] != "API_KEY" || ev.Detail["method"] != "GET" || ev.Decision != "allow" {
+	if ev.Detail["credential"] != "API_KEY" || ev.Detail["method"] != "GET" || ev.Decision != audit.Allow {
 		t.Fatalf("event %+v", ev)
 	}
-	if ev := s.rec.last(t, "GET", "/refuse"); ev.Decision != "deny" || ev.Detail["credential"] != "API_KEY" {
+	if ev := s.rec.last(t, "GET", "/refuse"); ev.Decision != audit.Deny || ev.Detail["credential"] != "API_KEY" {
 		t.Fatalf("refusal event %+v", ev)
 	}
 	for _, e := range s.rec.events() {

@@ -192,7 +192,7 @@ func TestRedactions(t *testing.T) {
 			if ev.Detail[audit.DetailCredentialEchoed] != "1" {
 				t.Errorf("the audit event does not count the echo: %+v", ev)
 			}
-			if ev := s.rec.last(t, "GET", "/br"); ev.Decision != "deny" || ev.Rule != gatewayRule {
+			if ev := s.rec.last(t, "GET", "/br"); ev.Decision != audit.Deny || ev.Rule != gatewayRule {
 				t.Errorf("refused answer recorded as %+v", ev)
 			}
 

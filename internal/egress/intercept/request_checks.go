@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/httpoverride"
 )
 
 // On a host whose requests rules limit, a request is judged by its method and path; the checks here
@@ -16,33 +18,13 @@ import (
 // or as the parameters of another action), a header that names another method or path, and an
 // upgrade to a tunnel the rules no longer see.
 
-// isOverrideHeader reports whether key (in the comparison form of overrideKey) is one of the headers
-// servers and frameworks read as the request's "real" method or path (method-override middleware,
-// IIS/ASP.NET URL rewriting, proxies' original-URI headers). A GET-only rule would otherwise pass a
-// DELETE, and a path rule a request for another path.
-func isOverrideHeader(key string) bool {
-	switch key {
-	case "x-http-method-override", "x-http-method", "x-method-override", "x-original-method",
-		"x-forwarded-method", "x-original-url", "x-original-uri", "x-rewrite-url", "x-override-url",
-		"x-forwarded-uri", "x-forwarded-url", "x-forwarded-path", "x-forwarded-prefix",
-		"x-envoy-original-path":
-		return true
-	}
-	return false
-}
-
-// overrideKey is how header names are compared by isOverrideHeader: lower case, and "_" as "-"
-// (CGI-style servers map both to the same variable, HTTP_X_HTTP_METHOD_OVERRIDE).
-func overrideKey(name string) string {
-	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
-}
-
-// overridesOf lists, sorted and in comparison form, the method-override and URL-rewrite headers the
-// request carries.
+// overridesOf lists, sorted and in comparison form (httpoverride.Key), the method-override and
+// URL-rewrite headers the request carries (see internal/httpoverride: a GET-only rule would otherwise
+// pass a DELETE, and a path rule a request for another path).
 func overridesOf(h http.Header) []string {
 	var out []string
 	for k := range h {
-		if key := overrideKey(k); isOverrideHeader(key) && !slices.Contains(out, key) {
+		if key := httpoverride.Key(k); httpoverride.IsKey(key) && !slices.Contains(out, key) {
 			out = append(out, key)
 		}
 	}

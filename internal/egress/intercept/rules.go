@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cordon-sandbox/cordon/internal/httpoverride"
 )
 
 // Access is one thing a host's rule allows: any of Methods on any of Paths. An empty Methods allows
@@ -24,7 +26,7 @@ type Access struct {
 	// methods and paths; every other upgrade, and a websocket where this is false, is refused.
 	Websocket bool
 	// Headers names the method-override and URL-rewrite headers (X-HTTP-Method-Override,
-	// X-Original-URL and the like, see isOverrideHeader) allowed on these requests; they are refused
+	// X-Original-URL and the like, see internal/httpoverride) allowed on these requests; they are refused
 	// otherwise, since the upstream may act on the method or path they name rather than the one judged.
 	// Names are case-insensitive, and "_" matches "-".
 	Headers []string
@@ -76,7 +78,7 @@ type access struct {
 	paths     []string // nil = any
 	body      bool
 	websocket bool
-	headers   []string // overrideKey form
+	headers   []string // httpoverride.Key form
 	source    string   // "network.http[0].allow[1]", for denials
 }
 
@@ -116,10 +118,10 @@ func compileRules(in []Rule) (ruleSet, error) {
 				ca.paths = append(ca.paths, p)
 			}
 			for _, h := range a.Headers {
-				if !validHeaderName(h) || !isOverrideHeader(overrideKey(h)) {
+				if !validHeaderName(h) || !httpoverride.Is(h) {
 					return nil, fmt.Errorf("%s: allow[%d]: header %q is not a method-override or URL-rewrite header (only those are refused)", src, j, h)
 				}
-				ca.headers = append(ca.headers, overrideKey(h))
+				ca.headers = append(ca.headers, httpoverride.Key(h))
 			}
 			c.allow = append(c.allow, ca)
 		}

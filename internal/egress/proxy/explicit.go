@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/egress"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
 )
 
 // Reasons specific to the explicit proxy.
@@ -30,7 +31,7 @@ func (g *Gateway) explicit(ctx context.Context, c net.Conn) {
 	br := bufio.NewReaderSize(c, sniffBuffer)
 	_ = c.SetReadDeadline(time.Now().Add(g.cfg.HeaderTimeout))
 	raw, err := readHead(br, maxHead)
-	var req *request
+	var req *http1.Request
 	if err == nil {
 		req, err = parseRequest(raw)
 	}
@@ -44,50 +45,50 @@ func (g *Gateway) explicit(ctx context.Context, c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	s.detail("method", req.method)
+	s.detail("method", req.Method)
 	switch {
-	case req.method == "CONNECT":
+	case req.Method == "CONNECT":
 		g.connect(ctx, s, br, req)
-	case req.form == "absolute" && req.scheme == "http":
+	case req.Form == "absolute" && req.Scheme == "http":
 		g.forward(ctx, s, br, req)
 	default:
-		s.detail("path", truncate(req.path, 200))
+		s.detail("path", truncate(req.Path, 200))
 		s.httpDeny(refuse(reasonNotProxyReq), 405, "", 0)
 	}
 }
 
 // connect serves CONNECT host:port: the target must be a name the policy allows; the tunnel's first
 // bytes must then name the same host (TLS SNI, or the Host of plain HTTP), like any connection.
-func (g *Gateway) connect(ctx context.Context, s *session, br *bufio.Reader, req *request) {
-	a := req.uri
-	s.ev.Name, s.ev.Port = a.host, a.port
+func (g *Gateway) connect(ctx context.Context, s *session, br *bufio.Reader, req *http1.Request) {
+	a := req.URI
+	s.ev.Name, s.ev.Port = a.Host, a.Port
 	s.detail("connect", a.String())
 	switch {
-	case a.ip:
-		s.httpDeny(refuse(reasonIPLiteral), 403, a.host, a.port)
+	case a.IP:
+		s.httpDeny(refuse(reasonIPLiteral), 403, a.Host, a.Port)
 		return
-	case req.hasHost && (req.host.host != a.host || req.host.port != 0 && req.host.port != a.port):
-		s.httpDeny(refuse(reasonHostVsConnect), 403, a.host, a.port)
+	case req.HasHost && (req.Host.Host != a.Host || req.Host.Port != 0 && req.Host.Port != a.Port):
+		s.httpDeny(refuse(reasonHostVsConnect), 403, a.Host, a.Port)
 		return
-	case req.contentLength > 0 || req.chunked:
-		s.httpDeny(refuse(reasonConnectBody), 400, a.host, a.port)
+	case req.ContentLength > 0 || req.Chunked:
+		s.httpDeny(refuse(reasonConnectBody), 400, a.Host, a.Port)
 		return
 	}
-	d := g.cfg.Policy.Decide(a.host, a.port)
+	d := g.cfg.Policy.Decide(a.Host, a.Port)
 	if !d.Allow {
-		s.httpDeny(d, 403, a.host, a.port)
+		s.httpDeny(d, 403, a.Host, a.Port)
 		return
 	}
 	s.decided(d)
-	if g.intercepts(a.host) {
+	if g.intercepts(a.Host) {
 		if _, err := io.WriteString(s.client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			s.detail("error", err.Error())
 			return
 		}
-		g.intercept(ctx, s, br, a.host, a.port)
+		g.intercept(ctx, s, br, a.Host, a.Port)
 		return
 	}
-	up, ok := s.dialOrAnswer(ctx, a.host, a.port, d)
+	up, ok := s.dialOrAnswer(ctx, a.Host, a.Port, d)
 	if !ok {
 		return
 	}
@@ -95,7 +96,7 @@ func (g *Gateway) connect(ctx context.Context, s *session, br *bufio.Reader, req
 		s.detail("error", err.Error())
 		return
 	}
-	s.pass(br, up, a.host, a.port)
+	s.pass(br, up, a.Host, a.Port)
 }
 
 // dialOrAnswer dials the upstream, answering the client itself when that fails: 403 for an address
@@ -122,53 +123,53 @@ func (s *session) dialOrAnswer(ctx context.Context, host string, port uint16, d 
 // forward serves one absolute-form http:// request: the Host header must agree with the URI, the
 // policy must allow the URI's host, and the request goes upstream in origin form with
 // "Connection: close".
-func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req *request) {
-	a := req.uri
-	port := a.port
+func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req *http1.Request) {
+	a := req.URI
+	port := a.Port
 	if port == 0 {
 		port = 80
 	}
-	s.ev.Name, s.ev.Port = a.host, port
-	s.detail("path", truncate(req.path, 200))
-	if req.hasHost {
-		s.detail("http_host", req.host.String())
+	s.ev.Name, s.ev.Port = a.Host, port
+	s.detail("path", truncate(req.Path, 200))
+	if req.HasHost {
+		s.detail("http_host", req.Host.String())
 	}
-	hostPort := req.host.port
+	hostPort := req.Host.Port
 	if hostPort == 0 {
 		hostPort = 80
 	}
 	switch {
-	case a.ip:
-		s.httpDeny(refuse(reasonIPLiteral), 403, a.host, port)
+	case a.IP:
+		s.httpDeny(refuse(reasonIPLiteral), 403, a.Host, port)
 		return
-	case req.hasHost && (req.host.host != a.host || hostPort != port):
-		s.httpDeny(refuse(reasonHostVsURI), 403, a.host, port)
+	case req.HasHost && (req.Host.Host != a.Host || hostPort != port):
+		s.httpDeny(refuse(reasonHostVsURI), 403, a.Host, port)
 		return
-	case req.upgrade:
-		s.httpDeny(refuse(reasonUpgrade), 403, a.host, port)
+	case req.Upgrade:
+		s.httpDeny(refuse(reasonUpgrade), 403, a.Host, port)
 		return
 	}
-	d := g.cfg.Policy.Decide(a.host, port)
+	d := g.cfg.Policy.Decide(a.Host, port)
 	if !d.Allow {
-		s.httpDeny(d, 403, a.host, port)
+		s.httpDeny(d, 403, a.Host, port)
 		return
 	}
 	s.decided(d)
-	if g.intercepts(a.host) {
+	if g.intercepts(a.Host) {
 		// The interceptor reads the request itself; it takes the absolute form as well.
 		s.detail("intercepted", "true")
-		c := &replayConn{Conn: s.client, r: io.MultiReader(bytes.NewReader(req.raw), br)}
-		if err := g.cfg.Intercept.ServePlain(ctx, c, a.host, port); err != nil {
+		c := &replayConn{Conn: s.client, r: io.MultiReader(bytes.NewReader(req.Raw), br)}
+		if err := g.cfg.Intercept.ServePlain(ctx, c, a.Host, port); err != nil {
 			s.detail("error", err.Error())
 		}
 		s.ev.BytesOut, s.ev.BytesIn = c.read.Load(), c.written.Load()
 		return
 	}
 	if bodyRefused(req) {
-		s.httpDeny(refuse(reasonBodyOnSafe), 400, a.host, port)
+		s.httpDeny(refuse(reasonBodyOnSafe), 400, a.Host, port)
 		return
 	}
-	up, ok := s.dialOrAnswer(ctx, a.host, port, d)
+	up, ok := s.dialOrAnswer(ctx, a.Host, port, d)
 	if !ok {
 		return
 	}
@@ -191,7 +192,7 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 		}
 		sent <- result{total, err}
 	}()
-	in, err := relayResponse(&s.g.bufs, s.client, up, req.method)
+	in, err := relayResponse(&s.g.bufs, s.client, up, req.Method)
 	s.ev.BytesIn = in
 	if err != nil {
 		s.detail("error", "response: "+err.Error())
@@ -203,12 +204,12 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 	s.ev.BytesOut = r.n
 	if errors.Is(r.err, errMalformed) && in == 0 {
 		s.detail("error", "request body: "+r.err.Error())
-		s.httpDeny(refuse(reasonBadRequest), 400, a.host, port)
+		s.httpDeny(refuse(reasonBadRequest), 400, a.Host, port)
 		return
 	}
 	if err != nil {
 		if in == 0 {
-			writeStatus(s.client, 502, fmt.Sprintf("cordon: bad response from %s:%d\n", a.host, port))
+			writeStatus(s.client, 502, fmt.Sprintf("cordon: bad response from %s:%d\n", a.Host, port))
 			lingeringClose(s.client)
 			return
 		}
@@ -221,10 +222,10 @@ func (g *Gateway) forward(ctx context.Context, s *session, br *bufio.Reader, req
 // originForm rewrites an absolute-form request head for the origin server (see upstreamHead): the
 // target in origin form, the proxy's hop-by-hop headers dropped, Host from the URI if the client
 // left it out, "Connection: close".
-func originForm(req *request) string {
-	host := req.uri.String()
-	if req.hasHost {
-		host = req.host.String()
+func originForm(req *http1.Request) string {
+	host := req.URI.String()
+	if req.HasHost {
+		host = req.Host.String()
 	}
 	return upstreamHead(req, host, true, "proxy-authorization")
 }
@@ -300,11 +301,11 @@ func closingHead(raw []byte, resp *response) string {
 	b.WriteString(start)
 	b.WriteString("\r\n")
 	for _, f := range resp.fields {
-		switch strings.ToLower(f.name) {
+		switch strings.ToLower(f.Name) {
 		case "connection", "keep-alive", "proxy-connection":
 			continue
 		}
-		fmt.Fprintf(&b, "%s: %s\r\n", f.name, f.value)
+		fmt.Fprintf(&b, "%s: %s\r\n", f.Name, f.Value)
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	return b.String()

@@ -19,10 +19,10 @@ import (
 const reasonBodyOnSafe = "a body on GET, HEAD, OPTIONS or DELETE (a server that ignores it would read it as another request)"
 
 // bodyRefused reports a request whose body the gateway will not forward (see reasonBodyOnSafe).
-func bodyRefused(r *request) bool {
-	switch r.method {
+func bodyRefused(r *http1.Request) bool {
+	switch r.Method {
 	case "GET", "HEAD", "OPTIONS", "DELETE":
-		return r.hasBody()
+		return r.HasBody()
 	}
 	return false
 }
@@ -38,12 +38,12 @@ var dropped = map[string]bool{
 // from the client's bytes: the request line in origin form, Host first (host, as judged), the client's
 // other fields but the dropped ones (and those in also), then the framing of the body the gateway
 // forwards and "Connection: close" if closing.
-func upstreamHead(req *request, host string, closing bool, also ...string) string {
+func upstreamHead(req *http1.Request, host string, closing bool, also ...string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s\r\nHost: %s\r\n", req.method, req.pathQuery, req.version, host)
+	fmt.Fprintf(&b, "%s %s %s\r\nHost: %s\r\n", req.Method, req.PathQuery, req.Version, host)
 fields:
-	for _, f := range req.fields {
-		name := strings.ToLower(f.name)
+	for _, f := range req.Fields {
+		name := strings.ToLower(f.Name)
 		if dropped[name] {
 			continue
 		}
@@ -52,18 +52,18 @@ fields:
 				continue fields
 			}
 		}
-		fmt.Fprintf(&b, "%s: %s\r\n", f.name, f.value)
+		fmt.Fprintf(&b, "%s: %s\r\n", f.Name, f.Value)
 	}
 	switch {
-	case req.chunked:
+	case req.Chunked:
 		b.WriteString("Transfer-Encoding: chunked\r\n")
-	case req.contentLength >= 0:
-		fmt.Fprintf(&b, "Content-Length: %d\r\n", req.contentLength)
+	case req.ContentLength >= 0:
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", req.ContentLength)
 	}
 	switch {
 	case closing:
 		b.WriteString("Connection: close\r\n")
-	case req.version == "HTTP/1.0":
+	case req.Version == "HTTP/1.0":
 		b.WriteString("Connection: keep-alive\r\n")
 	}
 	b.WriteString("\r\n")
@@ -72,19 +72,19 @@ fields:
 
 // copyBody forwards req's body from br to up by the framing the gateway read: Content-Length bytes
 // as they are, a chunked body decoded strictly and re-encoded (see http1.CopyChunked).
-func (s *session) copyBody(up net.Conn, br *bufio.Reader, req *request) (int64, error) {
+func (s *session) copyBody(up net.Conn, br *bufio.Reader, req *http1.Request) (int64, error) {
 	switch {
-	case req.chunked:
+	case req.Chunked:
 		buf := s.g.bufs.get(false)
 		defer s.g.bufs.put(buf)
 		return http1.CopyChunked(up, br, buf)
-	case req.contentLength > 0:
-		buffered := min(int64(br.Buffered()), req.contentLength)
+	case req.ContentLength > 0:
+		buffered := min(int64(br.Buffered()), req.ContentLength)
 		n, err := io.CopyN(up, br, buffered)
 		if err != nil {
 			return n, err
 		}
-		m, err := s.g.bufs.relayN(up, s.client, req.contentLength-n)
+		m, err := s.g.bufs.relayN(up, s.client, req.ContentLength-n)
 		return n + m, unexpected(err)
 	}
 	return 0, nil
@@ -97,26 +97,26 @@ func (s *session) copyBody(up net.Conn, br *bufio.Reader, req *request) (int64, 
 // (upstreamHead, copyBody): a server can only read the requests the gateway read. Each response is
 // relayed whole before the next request is read, so a refusal can be answered with a status line.
 // It ends the connection itself; the event counts the requests.
-func (s *session) serveHTTP(br *bufio.Reader, up net.Conn, req *request, name string, port uint16) {
+func (s *session) serveHTTP(br *bufio.Reader, up net.Conn, req *http1.Request, name string, port uint16) {
 	c := s.client
 	ubr := bufio.NewReaderSize(up, sniffBuffer)
 	for n := 1; ; n++ {
 		s.detail("requests", strconv.Itoa(n))
 		if n > 1 {
 			if reason := checkRequest(req, name, port); reason != "" {
-				s.detail("refused_request", truncate(req.method+" "+req.host.String()+req.path, 200))
+				s.detail("refused_request", truncate(req.Method+" "+req.Host.String()+req.Path, 200))
 				s.httpDeny(refuse(reason), 403, name, port)
 				return
 			}
 		}
 		if bodyRefused(req) {
 			if n > 1 {
-				s.detail("refused_request", truncate(req.method+" "+req.host.String()+req.path, 200))
+				s.detail("refused_request", truncate(req.Method+" "+req.Host.String()+req.Path, 200))
 			}
 			s.httpDeny(refuse(reasonBodyOnSafe), 400, name, port)
 			return
 		}
-		keep, answered, err := s.exchange(br, up, ubr, req, req.host.String())
+		keep, answered, err := s.exchange(br, up, ubr, req, req.Host.String())
 		if err != nil {
 			switch {
 			case errors.Is(err, errMalformed):
@@ -174,8 +174,8 @@ const bodyGrace = 250 * time.Millisecond
 // exchange sends one request upstream and relays its response. keep says the connection may carry
 // another request; answered, that the client got some of a response (so it can no longer be told
 // anything else). An error wrapping errMalformed is the client's body.
-func (s *session) exchange(br *bufio.Reader, up net.Conn, ubr *bufio.Reader, req *request, host string) (keep, answered bool, err error) {
-	n, err := io.WriteString(up, upstreamHead(req, host, req.close))
+func (s *session) exchange(br *bufio.Reader, up net.Conn, ubr *bufio.Reader, req *http1.Request, host string) (keep, answered bool, err error) {
+	n, err := io.WriteString(up, upstreamHead(req, host, req.Close))
 	s.ev.BytesOut += int64(n)
 	if err != nil {
 		return false, false, fmt.Errorf("to upstream: %w", err)
@@ -186,7 +186,7 @@ func (s *session) exchange(br *bufio.Reader, up net.Conn, ubr *bufio.Reader, req
 	}
 	bodyDone := make(chan struct{})
 	sent := make(chan result, 1)
-	if req.hasBody() {
+	if req.HasBody() {
 		go func() {
 			n, err := s.copyBody(up, br, req)
 			close(bodyDone)
@@ -203,7 +203,7 @@ func (s *session) exchange(br *bufio.Reader, up net.Conn, ubr *bufio.Reader, req
 	// the body cannot be read by its framing while the next request waits. An upstream that read the
 	// whole body can answer before the copy has noticed it is done, so the copy is given a moment.
 	closing := func() bool {
-		if req.close {
+		if req.Close {
 			return true
 		}
 		t := time.NewTimer(bodyGrace)
@@ -215,7 +215,7 @@ func (s *session) exchange(br *bufio.Reader, up net.Conn, ubr *bufio.Reader, req
 			return true
 		}
 	}
-	in, keep, rerr := relayKeepAlive(&s.g.bufs, s.client, up, ubr, req.method, closing)
+	in, keep, rerr := relayKeepAlive(&s.g.bufs, s.client, up, ubr, req.Method, closing)
 	s.ev.BytesIn += in
 	if !keep || rerr != nil {
 		_ = s.client.SetReadDeadline(time.Now()) // stop a body still flowing

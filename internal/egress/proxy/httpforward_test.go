@@ -149,7 +149,7 @@ func TestForwardSmuggling(t *testing.T) {
 				t.Errorf("answers %q, want the last to be the gateway's %d", out, tt.status)
 			}
 			h.rec.waitFor(t, from, "the refusal", func(e audit.Event) bool {
-				return e.Kind == "connect" && e.Decision == "deny" && e.Reason == tt.reason
+				return e.Kind == audit.KindConnect && e.Decision == audit.Deny && e.Reason == tt.reason
 			})
 			if got := u.received(); strings.Contains(got, "evil.test") || strings.Contains(got, "/admin") {
 				t.Errorf("the upstream received the smuggled request:\n%q", got)
@@ -188,7 +188,7 @@ func TestForwardReserialises(t *testing.T) {
 			t.Errorf("the upstream did not get %q:\n%q", good, got)
 		}
 	}
-	e := h.rec.waitFor(t, 0, "the connection", func(e audit.Event) bool { return e.Kind == "connect" && e.Decision == "allow" })
+	e := h.rec.waitFor(t, 0, "the connection", func(e audit.Event) bool { return e.Kind == audit.KindConnect && e.Decision == audit.Allow })
 	if e.Detail["requests"] != "3" {
 		t.Errorf("event counts %q requests, want 3", e.Detail["requests"])
 	}
@@ -215,7 +215,7 @@ func TestUpstreamHead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := upstreamHead(req, "a.test", req.close); got != tt.want {
+		if got := upstreamHead(req, "a.test", req.Close); got != tt.want {
 			t.Errorf("%q:\n got %q\nwant %q", tt.in, got, tt.want)
 		}
 	}

@@ -20,91 +20,23 @@ var errMalformed = http1.ErrMalformed
 // maxHead bounds one request or response head.
 const maxHead = http1.MaxHead
 
-// field is one header field as sent (name case kept).
-type field struct{ name, value string }
-
-// authority is a host and port as they appear in a request URI or Host header.
-type authority struct {
-	host string // lower-case, no trailing dot, IPv6 without brackets
-	port uint16 // 0 when absent
-	// ip is set for an IP literal, or for anything shaped like one (an all-numeric or hex last label,
-	// as in "2130706433" or "0x7f.1", which resolvers and libraries read as addresses).
-	ip bool
-}
-
-func (a authority) String() string {
-	return http1.Authority{Host: a.host, Port: a.port}.String()
-}
-
-func fromAuthority(a http1.Authority) authority { return authority{a.Host, a.Port, a.IP} }
-
-// request is a parsed request head.
-type request struct {
-	raw     []byte
-	method  string
-	target  string
-	version string // "HTTP/1.1" or "HTTP/1.0"
-	fields  []field
-
-	// form is how the target is written: origin ("/path"), absolute ("http://host/path"), authority
-	// (CONNECT's "host:port") or asterisk (OPTIONS *).
-	form   string
-	scheme string    // absolute form only, lower-case
-	uri    authority // absolute and authority forms
-	path   string    // path without query, for the audit log (queries may carry secrets)
-	// pathQuery is the origin-form equivalent of the target, for forwarding an absolute-form request.
-	pathQuery string
-
-	host    authority // the Host header
-	hasHost bool
-
-	contentLength int64 // -1: none
-	chunked       bool
-	upgrade       bool // Upgrade header, or "upgrade" among the Connection options
-	close         bool // the client asks to close after this request
-}
-
-// hasBody reports whether the request's framing announces a body.
-func (r *request) hasBody() bool { return r.chunked || r.contentLength > 0 }
-
 // readHead reads one message head (start line and header fields, through the empty line) from br and
 // returns its bytes. Lines must end in CRLF; a head larger than max is an error.
 func readHead(br *bufio.Reader, max int) ([]byte, error) { return http1.ReadHead(br, max) }
 
 // parseRequest parses a request head read by readHead.
-func parseRequest(raw []byte) (*request, error) {
-	h, err := http1.ParseRequest(raw)
-	if err != nil {
-		return nil, err
-	}
-	r := &request{
-		raw: h.Raw, method: h.Method, target: h.Target, version: h.Version, fields: fromFields(h.Fields),
-		form: h.Form, scheme: h.Scheme, uri: fromAuthority(h.URI), path: h.Path, pathQuery: h.PathQuery,
-		host: fromAuthority(h.Host), hasHost: h.HasHost,
-		contentLength: h.ContentLength, chunked: h.Chunked, upgrade: h.Upgrade, close: h.Close,
-	}
-	return r, nil
-}
-
-func fromFields(fs []http1.Field) []field {
-	out := make([]field, len(fs))
-	for i, f := range fs {
-		out[i] = field{f.Name, f.Value}
-	}
-	return out
-}
+func parseRequest(raw []byte) (*http1.Request, error) { return http1.ParseRequest(raw) }
 
 // parseAuthority parses host[:port]; see http1.ParseAuthority.
-func parseAuthority(s string, needPort bool) (authority, error) {
-	a, err := http1.ParseAuthority(s, needPort)
-	return fromAuthority(a), err
+func parseAuthority(s string, needPort bool) (http1.Authority, error) {
+	return http1.ParseAuthority(s, needPort)
 }
 
 // response is a parsed response head.
 type response struct {
 	version       string
 	status        int
-	fields        []field
+	fields        []http1.Field
 	contentLength int64 // -1: none
 	chunked       bool
 	close         bool // the server closes the connection after this response
@@ -130,24 +62,24 @@ func parseResponse(raw []byte) (*response, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.fields = fromFields(fs)
+	r.fields = fs
 	var nCL, nTE int
 	keepAlive := false
 	for _, f := range r.fields {
-		switch strings.ToLower(f.name) {
+		switch strings.ToLower(f.Name) {
 		case "content-length":
 			nCL++
-			n, err := strconv.ParseInt(f.value, 10, 64)
-			if err != nil || n < 0 || !isDigits(f.value) {
-				return nil, fmt.Errorf("header Content-Length %q: %w", truncate(f.value, 20), errMalformed)
+			n, err := strconv.ParseInt(f.Value, 10, 64)
+			if err != nil || n < 0 || !isDigits(f.Value) {
+				return nil, fmt.Errorf("header Content-Length %q: %w", truncate(f.Value, 20), errMalformed)
 			}
 			r.contentLength = n
 		case "transfer-encoding":
 			nTE++
 			// Anything but plain chunked is read until the connection closes (RFC 9112 6.3).
-			r.chunked = strings.EqualFold(f.value, "chunked")
+			r.chunked = strings.EqualFold(f.Value, "chunked")
 		case "connection":
-			for opt := range strings.SplitSeq(f.value, ",") {
+			for opt := range strings.SplitSeq(f.Value, ",") {
 				switch opt = strings.Trim(opt, " \t"); {
 				case strings.EqualFold(opt, "close"):
 					r.close = true

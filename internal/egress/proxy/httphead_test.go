@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
 )
 
 var updateSeeds = flag.Bool("update-seeds", false, "rewrite testdata/fuzz/FuzzParseRequest from the table tests")
@@ -80,7 +82,7 @@ func TestParseRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			writeSeed(t, "FuzzParseRequest", tt.name, []byte(tt.in))
 			raw, err := readHead(bufio.NewReader(strings.NewReader(tt.in)), maxHead)
-			var r *request
+			var r *http1.Request
 			if err == nil {
 				r, err = parseRequest(raw)
 			}
@@ -97,7 +99,7 @@ func TestParseRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := fmt.Sprintf("%s %s uri=%s host=%s cl=%d chunked=%v upgrade=%v path=%s",
-				r.method, r.form, r.uri, r.host, r.contentLength, r.chunked, r.upgrade, r.path)
+				r.Method, r.Form, r.URI, r.Host, r.ContentLength, r.Chunked, r.Upgrade, r.Path)
 			uri, host := "", ""
 			if tt.uri != "" {
 				uri = tt.uri
@@ -123,8 +125,8 @@ func TestAuthorityIPShapes(t *testing.T) {
 		{"127.1", true}, {"10.0.0.1.", true}, {"1.2.3.example", false}, {"x-1.test", false},
 	} {
 		a, err := parseAuthority(tt.in, false)
-		if err != nil || a.ip != tt.ip {
-			t.Errorf("%q: ip=%v err=%v, want ip=%v", tt.in, a.ip, err, tt.ip)
+		if err != nil || a.IP != tt.ip {
+			t.Errorf("%q: ip=%v err=%v, want ip=%v", tt.in, a.IP, err, tt.ip)
 		}
 	}
 }
@@ -232,8 +234,8 @@ func FuzzParseRequest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("gateway accepts what net/http refuses (%v):\n%q", err, raw)
 		}
-		if goReq.Method != r.method {
-			t.Fatalf("method %q vs net/http %q", r.method, goReq.Method)
+		if goReq.Method != r.Method {
+			t.Fatalf("method %q vs net/http %q", r.Method, goReq.Method)
 		}
 		norm := func(h string) string {
 			if ip, err := netip.ParseAddr(h); err == nil {
@@ -241,24 +243,24 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return strings.TrimSuffix(strings.ToLower(h), ".")
 		}
-		switch r.form {
+		switch r.Form {
 		case "absolute", "authority":
-			if host := goReq.URL.Hostname(); norm(host) != r.uri.host {
-				t.Fatalf("URI host %q vs net/http %q", r.uri.host, host)
+			if host := goReq.URL.Hostname(); norm(host) != r.URI.Host {
+				t.Fatalf("URI host %q vs net/http %q", r.URI.Host, host)
 			}
 		}
-		if r.hasHost && r.form == "origin" {
+		if r.HasHost && r.Form == "origin" {
 			host := goReq.Host
 			if h, _, err := net.SplitHostPort(host); err == nil {
 				host = h
 			}
-			if norm(strings.Trim(host, "[]")) != r.host.host {
-				t.Fatalf("Host %q vs net/http %q", r.host.host, goReq.Host)
+			if norm(strings.Trim(host, "[]")) != r.Host.Host {
+				t.Fatalf("Host %q vs net/http %q", r.Host.Host, goReq.Host)
 			}
 		}
 		chunked := len(goReq.TransferEncoding) == 1 && goReq.TransferEncoding[0] == "chunked"
-		if chunked != r.chunked || !r.chunked && max(r.contentLength, 0) != goReq.ContentLength {
-			t.Fatalf("framing chunked=%v cl=%d vs net/http %v %d", r.chunked, r.contentLength, goReq.TransferEncoding, goReq.ContentLength)
+		if chunked != r.Chunked || !r.Chunked && max(r.ContentLength, 0) != goReq.ContentLength {
+			t.Fatalf("framing chunked=%v cl=%d vs net/http %v %d", r.Chunked, r.ContentLength, goReq.TransferEncoding, goReq.ContentLength)
 		}
 	})
 }

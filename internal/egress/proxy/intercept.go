@@ -77,7 +77,7 @@ func (g *Gateway) serveIntercepted(ctx context.Context, s *session, br *bufio.Re
 	case kindTLS:
 		replay = sn.prefix
 	case kindHTTP:
-		replay = append(sn.req.raw, drain(br)...)
+		replay = append(sn.req.Raw, drain(br)...)
 		serve = g.cfg.Intercept.ServePlain
 	default:
 		s.resetDeny(refuse(reasonNotHTTP), name, port)

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -46,9 +45,6 @@ const (
 	DefaultDialTimeout = 10 * time.Second
 	// localAddrsTTL is how long the list of this host's own addresses is reused.
 	localAddrsTTL = 5 * time.Second
-	// maxNotified bounds the set of hosts already reported through Notify; past it the gateway stays
-	// quiet rather than grow without bound for an agent that scans addresses.
-	maxNotified = 4096
 	// maxHello bounds a TLS ClientHello (records included).
 	maxHello = 64 << 10
 	// sniffBuffer is the read buffer of a connection while its first bytes are classified.
@@ -67,12 +63,14 @@ type Config struct {
 	// LookupNetIP resolves a name the policy allowed and did not pin, outside the sandbox (the host's
 	// resolver, or network.dns.upstream).
 	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
-	// OrigDst returns the address a redirected connection was sent to (Transparent); netns.OrigDst
-	// is the real one, reading it from conntrack.
+	// OrigDst returns the address a redirected connection was sent to (Transparent); the gateway
+	// gives the real one, which reads it from conntrack.
 	OrigDst func(net.Conn) (netip.AddrPort, error)
-	// Notify, if set, is called once per host and port when a TLS or other TCP connection is refused by
-	// reset (plain HTTP gets a 403 that says the same), so the CLI can print one line for a human.
-	// It must not block.
+	// Notify, if set, is called when a TLS or other TCP connection is refused by reset (plain HTTP
+	// gets a 403 that says the same), so the CLI can print one line for a human. It is called on
+	// every refusal: telling the human once per host and port, and not flooding the terminal, is the
+	// caller's (the gateway's bounded notifier), the one place that de-duplicates. It must not block,
+	// and should make its line only when it prints one: an agent retrying pays for every call.
 	Notify func(d egress.Decision, name string, port uint16)
 	// DialContext, if set, replaces net.Dialer for connections to upstreams (the gateway passes it
 	// "tcp" and an IP:port it has checked). Return *net.TCPConn: the relay reads and writes its
@@ -88,14 +86,12 @@ type Config struct {
 }
 
 // Gateway serves the transparent and explicit listeners of one sandbox. It keeps the little state the
-// handlers share (which hosts were already reported, this host's addresses); it has no global state,
-// so each run has its own.
+// handlers share (this host's addresses); it has no global state, so each run has its own.
 type Gateway struct {
 	cfg  Config
 	bufs bufferPool // the relays' buffers
 
 	mu          sync.Mutex
-	notified    map[string]bool
 	localAddrs  map[netip.Addr]bool
 	localAddrsT time.Time
 }
@@ -126,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.LocalAddrs == nil {
 		cfg.LocalAddrs = interfaceAddrs
 	}
-	return &Gateway{cfg: cfg, notified: make(map[string]bool)}, nil
+	return &Gateway{cfg: cfg}, nil
 }
 
 // Transparent serves connections redirected to ln from the sandbox, until ctx is done or ln fails.
@@ -195,19 +191,9 @@ func temporary(err error) bool {
 	return false
 }
 
-// notify calls Config.Notify the first time a host and port is refused by reset.
+// notify tells Config.Notify that name and port were refused.
 func (g *Gateway) notify(d egress.Decision, name string, port uint16) {
-	if g.cfg.Notify == nil {
-		return
-	}
-	key := name + ":" + strconv.Itoa(int(port))
-	g.mu.Lock()
-	first := !g.notified[key] && len(g.notified) < maxNotified
-	if first {
-		g.notified[key] = true
-	}
-	g.mu.Unlock()
-	if first {
+	if g.cfg.Notify != nil {
 		g.cfg.Notify(d, name, port)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
 )
 
 // gatewayRule is the Rule of decisions the gateway takes itself (the names disagree, an address it
@@ -60,7 +61,7 @@ type session struct {
 
 func (g *Gateway) newSession(ctx context.Context, c net.Conn, via string) *session {
 	s := &session{g: g, ctx: ctx, client: c, start: time.Now(), conns: []net.Conn{c}}
-	s.ev = audit.Event{Kind: "connect", Decision: "deny", Detail: map[string]string{"via": via}}
+	s.ev = audit.Event{Kind: audit.KindConnect, Decision: audit.Deny, Detail: map[string]string{"via": via}}
 	s.stop = context.AfterFunc(ctx, s.abort)
 	return s
 }
@@ -102,13 +103,13 @@ func (s *session) detail(k, v string) { s.ev.Detail[k] = v }
 func (s *session) decided(d egress.Decision) {
 	s.ev.Rule, s.ev.Reason = d.Rule, d.Reason
 	if d.Allow {
-		s.ev.Decision = "allow"
+		s.ev.Decision = audit.Allow
 	} else {
-		s.ev.Decision = "deny"
+		s.ev.Decision = audit.Deny
 	}
 }
 
-// resetDeny refuses a TLS or other TCP connection: a reset, and one line for a human (once per host).
+// resetDeny refuses a TLS or other TCP connection: a reset, and a line for a human (Config.Notify).
 func (s *session) resetDeny(d egress.Decision, name string, port uint16) {
 	s.decided(d)
 	s.g.notify(d, name, port) // first, so the line is out before the client reports its error
@@ -125,7 +126,7 @@ func reset(c net.Conn) {
 
 // httpDeny answers a plain-HTTP request with a 403 (or the given status) that names what was blocked
 // and how to allow it, then closes the connection gracefully so the client reads the answer. The
-// same line goes to Config.Notify (once per host and port).
+// same line goes to Config.Notify.
 func (s *session) httpDeny(d egress.Decision, status int, host string, port uint16) {
 	s.decided(d)
 	if host != "" {
@@ -220,11 +221,11 @@ func (s *session) judge(sn sniffed, name string, port uint16) (egress.Decision, 
 
 // judgeRequest checks the first plain-HTTP request on a connection for name:port, and records what
 // it asked for.
-func (s *session) judgeRequest(r *request, name string, port uint16) (egress.Decision, bool) {
-	s.detail("method", r.method)
-	s.detail("path", truncate(r.path, 200))
-	if r.hasHost {
-		s.detail("http_host", r.host.String())
+func (s *session) judgeRequest(r *http1.Request, name string, port uint16) (egress.Decision, bool) {
+	s.detail("method", r.Method)
+	s.detail("path", truncate(r.Path, 200))
+	if r.HasHost {
+		s.detail("http_host", r.Host.String())
 	}
 	if reason := checkRequest(r, name, port); reason != "" {
 		return refuse(reason), false
@@ -233,17 +234,17 @@ func (s *session) judgeRequest(r *request, name string, port uint16) (egress.Dec
 }
 
 // checkRequest says why a plain-HTTP request on a connection for name:port is refused, or "".
-func checkRequest(r *request, name string, port uint16) string {
+func checkRequest(r *http1.Request, name string, port uint16) string {
 	switch {
-	case r.method == "CONNECT":
+	case r.Method == "CONNECT":
 		return reasonNestedProxy
-	case r.upgrade:
+	case r.Upgrade:
 		return reasonUpgrade
-	case !r.hasHost:
+	case !r.HasHost:
 		return reasonNoHost
-	case r.host.host != name || r.host.port != 0 && r.host.port != port:
+	case r.Host.Host != name || r.Host.Port != 0 && r.Host.Port != port:
 		return reasonHostMismatch
-	case r.form == "absolute" && (r.uri.host != name || r.uri.port != 0 && r.uri.port != port):
+	case r.Form == "absolute" && (r.URI.Host != name || r.URI.Port != 0 && r.URI.Port != port):
 		return reasonURIMismatch
 	}
 	return ""

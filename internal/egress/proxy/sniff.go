@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
 	"github.com/cordon-sandbox/cordon/internal/egress/sni"
 )
 
@@ -30,8 +31,8 @@ func (k kind) String() string {
 // sniffed is what the gateway learned from a client's first bytes.
 type sniffed struct {
 	kind  kind
-	hello *sni.Hello // kindTLS
-	req   *request   // kindHTTP: the first request, its head consumed from the reader
+	hello *sni.Hello     // kindTLS
+	req   *http1.Request // kindHTTP: the first request, its head consumed from the reader
 	// prefix holds the bytes taken from the reader that must go upstream first (kindTLS, kindTCP).
 	prefix []byte
 	// err is set when the bytes are TLS or HTTP but malformed: the connection is refused.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package linux
 
 import (
@@ -31,7 +33,7 @@ var etcPrefixAllow = []string{"python3.", "java-"}
 
 // etcEntries resolves the allowlist against the host's /etc and adds the generated files: the
 // sandbox's own passwd, group, hostname, hosts and resolv.conf.
-func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
+func etcEntries(spec *sandbox.Spec, u sandbox.User) ([]etcEntry, error) {
 	names := append([]string(nil), etcAllow...)
 	if des, err := os.ReadDir("/etc"); err == nil {
 		for _, de := range des {
@@ -67,7 +69,6 @@ func etcEntries(spec *sandbox.Spec) ([]etcEntry, error) {
 			out = append(out, etcEntry{Name: name, Kind: "file"})
 		}
 	}
-	u := spec.User
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = "cordon"

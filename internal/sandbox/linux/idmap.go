@@ -1,3 +1,5 @@
+//go:build linux
+
 package linux
 
 import (
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cordon-sandbox/cordon/internal/warn"
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
@@ -227,7 +230,7 @@ const maxHostSources = 250
 // caller's files are the agent's; then each policy mount: idmapped too when it is read-only, with
 // its host owners when it is writable, so that the agent never writes with root's rights outside
 // the workspace (whose changes go through review).
-func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, warn func(string)) (files []*os.File, err error) {
+func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
 	if n := 2 + len(spec.Mounts); n > maxHostSources {
 		return nil, fmt.Errorf("%d policy paths: at most %d can be shown when cordon runs as root", len(spec.Mounts), maxHostSources-2)
 	}
@@ -248,7 +251,7 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, warn func(stri
 		// The project's file system cannot be idmapped (ramfs, some network and FUSE file
 		// systems): the caller falls back to a copy in cordon's state directory, as it does when
 		// overlayfs itself is unavailable, and that copy is idmapped instead.
-		return nil, &sandbox.SetupError{Step: StepOverlay, Err: err}
+		return nil, &sandbox.SetupError{Step: stepOverlay, Err: sandbox.NoOverlay(err)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("as root, the workspace must be on a file system that can be idmapped: %w", err)
@@ -272,7 +275,7 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, warn func(stri
 			// root's stays readable, as the policy asked): nothing of them can change. A tree with a
 			// file system that cannot be idmapped is shown with its host owners instead.
 			if f, err = detachedMount(m.Source, userns, true); err != nil {
-				warn(fmt.Sprintf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err))
+				w.Printf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err)
 				f = nil
 			}
 		}
@@ -282,7 +285,7 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, warn func(stri
 			}
 		}
 		if m.Writable && !mayWrite(f, ids) {
-			warn(fmt.Sprintf("filesystem.readwrite: %s is not writable by uid %d, as which the agent writes there when cordon runs as root; give it access (chown or an ACL) or run cordon as an ordinary user", m.Source, ids.UID))
+			w.Printf("filesystem.readwrite: %s is not writable by uid %d, as which the agent writes there when cordon runs as root; give it access (chown or an ACL) or run cordon as an ordinary user", m.Source, ids.UID)
 		}
 		files = append(files, f)
 	}
@@ -334,55 +337,19 @@ func receiveHostSources(sock int, spec *sandbox.Spec) (*hostSources, error) {
 	if spec.Workspace.Overlay != nil {
 		want++
 	}
-	oob := make([]byte, unix.CmsgSpace(4*maxHostSources))
-	buf := make([]byte, 64)
-	var n, oobn int
-	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	m, files, err := newReceiver(sock, maxHostSources).recv()
 	if err != nil {
 		return nil, err
 	}
-	var files []*os.File
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		fds, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			closeAll(files)
-			return nil, err
-		}
-		for _, fd := range fds {
-			files = append(files, os.NewFile(uintptr(fd), "host-source"))
-		}
-	}
-	if string(buf[:n]) != hostSourcesMsg || len(files) != want {
+	if hm, ok := m.(*hostSourcesMsg); !ok || hm.Count != want {
 		closeAll(files)
-		return nil, fmt.Errorf("expected %d host paths, received %d", want, len(files))
+		return nil, fmt.Errorf("expected %d host paths, received a %s message with %d", want, m.kind(), len(files))
 	}
 	s := &hostSources{workspace: files[0], mounts: files[1:]}
 	if spec.Workspace.Overlay != nil {
 		s.layers, s.mounts = files[1], files[2:]
 	}
 	return s, nil
-}
-
-// hostSourcesMsg is the payload of the message that carries the host sources to init.
-const hostSourcesMsg = "host-sources"
-
-// sendHostSources hands init the descriptors over the status channel (cordon's end).
-func sendHostSources(sock int, files []*os.File) error {
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	return unix.Sendmsg(sock, []byte(hostSourcesMsg), unix.UnixRights(fds...), nil, 0)
 }
 
 func closeAll(files []*os.File) {

@@ -1,9 +1,11 @@
+//go:build linux
+
 package linux
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -15,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cordon-sandbox/cordon/internal/egress/netns"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/netns"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
 )
 
@@ -36,10 +38,12 @@ func InitMain() int {
 		unix.CloseOnExec(configFD)
 		unix.CloseOnExec(statusFD)
 	}
-	statusw := os.NewFile(statusFD, "status")
-	report := func(s status) {
-		b, _ := json.Marshal(s)
-		statusw.Write(b)
+	report := func(m message) {
+		// Nothing is left to tell a parent that cannot be told: the exit code says the rest.
+		_ = sendMsg(statusFD, m)
+	}
+	failed := func(se *sandbox.SetupError) {
+		report(&failedMsg{Step: se.Step, Error: se.Err.Error(), NoOverlay: errors.Is(se.Err, sandbox.ErrNoOverlay)})
 	}
 
 	// Catch signals before the command exists, so that none sent during setup is lost (or ends init
@@ -62,9 +66,9 @@ func InitMain() int {
 	if baseErr == nil {
 		baseErr = buildBase()
 	}
-	var cfg initConfig
-	if err := json.NewDecoder(os.NewFile(configFD, "config")).Decode(&cfg); err != nil {
-		report(status{Step: "reading the sandbox config", Error: err.Error()})
+	cfg, err := readConfig(os.NewFile(configFD, "config"))
+	if err != nil {
+		failed(&sandbox.SetupError{Step: "reading the sandbox config", Err: err})
 		return 125
 	}
 	if err := rulesInstalled(); err != nil && baseErr == nil {
@@ -75,38 +79,56 @@ func InitMain() int {
 		if !errors.As(baseErr, &se) {
 			se = &sandbox.SetupError{Step: "building the root", Err: baseErr}
 		}
-		report(status{Step: se.Step, Error: se.Err.Error()})
+		failed(se)
 		return 125
 	}
 	if cfg.Spec.AllowNesting {
 		filter, filterErr = seccomp.Compile(seccomp.Options{AllowNesting: true})
 	}
 	if filterErr != nil {
-		report(status{Step: "compiling the seccomp filter", Error: filterErr.Error()})
+		failed(&sandbox.SetupError{Step: "compiling the seccomp filter", Err: filterErr})
 		return 125
 	}
-	pid, warnings, err := setup(&cfg, filter)
+	pid, warnings, err := setup(cfg, filter)
 	if err != nil {
 		var se *sandbox.SetupError
 		var ee *sandbox.ExecError
 		switch {
 		case errors.As(err, &ee):
-			report(status{Exec: ee.Err.Error(), NotFound: ee.NotFound})
+			report(&execFailedMsg{Error: ee.Err.Error(), NotFound: ee.NotFound})
 			if ee.NotFound {
 				return 127
 			}
 			return 126
 		case errors.As(err, &se):
-			report(status{Step: se.Step, Error: se.Err.Error()})
+			failed(se)
 		default:
-			report(status{Step: "setup", Error: err.Error()})
+			failed(&sandbox.SetupError{Step: "setup", Err: err})
 		}
 		return 125
 	}
-	report(status{Started: true, Warnings: warnings})
+	report(&startedMsg{Warnings: warnings})
 	code := supervise(pid, sigs)
-	report(status{Exited: true, Code: code})
+	report(&exitedMsg{Code: code})
 	return code
+}
+
+// readConfig reads the config message from the config pipe, which the parent closes after it.
+func readConfig(f *os.File) (*initConfig, error) {
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeMsg(b)
+	if err != nil {
+		return nil, err
+	}
+	cfg, ok := m.(*initConfig)
+	if !ok {
+		return nil, fmt.Errorf("a %s message instead of the config", m.kind())
+	}
+	return cfg, nil
 }
 
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
@@ -145,13 +167,12 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		return 0, nil, err
 	}
 	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr
-	if spec.TTY {
-		master, slave, err := openPTY(spec.TTYRows, spec.TTYCols)
+	if cfg.TTY {
+		master, slave, err := openPTY(cfg.TTYRows, cfg.TTYCols)
 		if err := step("creating the pseudo-terminal", err); err != nil {
 			return 0, nil, err
 		}
-		msg, _ := json.Marshal(status{PTY: true})
-		err = sendFD(statusFD, msg, master)
+		err = sendMsg(statusFD, &terminalMsg{}, master)
 		master.Close()
 		if err := step("handing over the pseudo-terminal", err); err != nil {
 			return 0, nil, err
@@ -169,7 +190,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	if err := step("dropping privileges", dropPrivileges()); err != nil {
 		return 0, nil, err
 	}
-	w, err := restrictLandlock(spec, cfg.LandlockABI)
+	w, err := restrictLandlock(spec, cfg.User.Home, cfg.LandlockABI)
 	if err := step("applying Landlock", err); err != nil {
 		return 0, nil, err
 	}
@@ -188,7 +209,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Setsid:    true,
-			Setctty:   spec.TTY,
+			Setctty:   cfg.TTY,
 			Ctty:      0,
 			Pdeathsig: syscall.SIGKILL,
 		},
@@ -266,23 +287,30 @@ func reapAll() {
 	}
 }
 
-// launchEgress sets up the egress gateway for the ports cordon passed as argv[1] (JSON), if any.
+// launchEgress sets up the egress gateway for the ports of the launch message (argv[1]), if any.
 // Done from inside, where init holds CAP_NET_ADMIN over this namespace (cordon outside may not,
 // rootless): the gateway's sockets and the rules that send all traffic to them exist before the
-// command does. Start checks that the spec asks for the same ports. The sockets are made and handed
-// over at once; the rules (netlink only, no file system) are installed in the background, and the
-// returned wait says how that went: init calls it before anything of the command exists.
+// command does. The sockets are made and handed over at once; the rules (netlink only, no file
+// system) are installed in the background, and the returned wait says how that went: init calls it
+// before anything of the command exists.
 func launchEgress() (wait func() error, err error) {
 	wait = func() error { return nil }
-	if len(os.Args) < 2 {
+	if len(os.Args) != 2 {
+		return wait, &sandbox.SetupError{Step: "reading the launch", Err: fmt.Errorf("%d arguments, want the launch message alone", len(os.Args)-1)}
+	}
+	m, err := decodeMsg([]byte(os.Args[1]))
+	if err != nil {
+		return wait, &sandbox.SetupError{Step: "reading the launch", Err: err}
+	}
+	launch, ok := m.(*launchMsg)
+	if !ok {
+		return wait, &sandbox.SetupError{Step: "reading the launch", Err: fmt.Errorf("a %s message instead of the launch", m.kind())}
+	}
+	if launch.Egress == nil {
 		return wait, nil
 	}
-	var p sandbox.EgressPorts
-	if err := json.Unmarshal([]byte(os.Args[1]), &p); err != nil {
-		return wait, &sandbox.SetupError{Step: "reading the egress ports", Err: err}
-	}
+	ports := *launch.Egress
 	const step = "setting up the egress gateway's sockets and rules"
-	ports := netns.Ports{Transparent: p.Transparent, Proxy: p.Proxy, DNS: p.DNS}
 	if err := egressSockets(ports); err != nil {
 		return wait, &sandbox.SetupError{Step: step, Err: err}
 	}
@@ -298,28 +326,19 @@ func launchEgress() (wait func() error, err error) {
 
 // egressSockets creates the gateway's sockets in init's own network namespace and hands them to
 // cordon over the status channel.
-func egressSockets(ports netns.Ports) error {
+func egressSockets(ports sandbox.EgressPorts) error {
 	const self = "/proc/self/ns/net"
 	set, err := netns.Listeners(self, ports)
 	if err != nil {
 		return err
 	}
 	defer set.Close()
-	files, roles, err := set.Files()
+	files, roles, err := listenerFiles(set)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	msg, _ := json.Marshal(status{Sockets: roles})
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	return unix.Sendmsg(statusFD, msg, unix.UnixRights(fds...), nil, 0)
+	defer closeAll(files)
+	return sendMsg(statusFD, &socketsMsg{Roles: roles}, files...)
 }
 
 func execError(name string, err error) error {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package linux
 
 import (
@@ -25,7 +27,7 @@ func LandlockABI() int {
 //
 // Network rights are left to the egress layer (Landlock checks the port a program asks for, before
 // nftables redirects it). It returns a warning line when the kernel has no Landlock at all.
-func restrictLandlock(spec *sandbox.Spec, abi int) (string, error) {
+func restrictLandlock(spec *sandbox.Spec, home string, abi int) (string, error) {
 	if abi < 1 {
 		return "cordon: warning: this kernel has no Landlock; the sandbox relies on its mount namespace and seccomp alone", nil
 	}
@@ -44,8 +46,8 @@ func restrictLandlock(spec *sandbox.Spec, abi int) (string, error) {
 		landlock.RWDirs("/dev/shm", "/tmp").WithRefer(),
 		landlock.RWDirs(spec.Workspace.Path).WithRefer(),
 	}
-	if spec.User.Home != "" {
-		rules = append(rules, landlock.RWDirs(spec.User.Home).WithRefer())
+	if home != "" {
+		rules = append(rules, landlock.RWDirs(home).WithRefer())
 	}
 	for _, m := range spec.Mounts {
 		p := m.Path() // after the pivot, where the mount is

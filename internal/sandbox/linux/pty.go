@@ -1,3 +1,5 @@
+//go:build linux
+
 package linux
 
 import (
@@ -38,9 +40,4 @@ func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
 		}
 	}
 	return master, slave, nil
-}
-
-// sendFD passes f to the parent over the status socket, with msg as the datagram's payload.
-func sendFD(sock int, msg []byte, f *os.File) error {
-	return unix.Sendmsg(sock, msg, unix.UnixRights(int(f.Fd())), nil, 0)
 }

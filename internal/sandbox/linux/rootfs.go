@@ -1,3 +1,5 @@
+//go:build linux
+
 package linux
 
 import (
@@ -23,9 +25,10 @@ const (
 	emptyFile  = "/empty"
 )
 
-// StepOverlay names the setup step that mounts a copy-on-write workspace. A caller that sees it fail
-// can fall back to a copied workspace: the host lacks overlayfs in a user namespace, nothing more.
-const StepOverlay = "mounting the copy-on-write workspace (overlayfs)"
+// stepOverlay names the setup step that mounts a copy-on-write workspace. Its failure wraps
+// sandbox.ErrNoOverlay: the caller can fall back to a copied workspace, since the host lacks
+// overlayfs in a user namespace, nothing more.
+const stepOverlay = "mounting the copy-on-write workspace (overlayfs)"
 
 // systemDirs are the host directories every program needs, bound read-only at the same path. On a
 // merged-/usr system most are symlinks into /usr and are recreated as such.
@@ -83,7 +86,7 @@ func buildRoot(cfg *initConfig, srcs *hostSources) error {
 	spec := &cfg.Spec
 	return runSteps([]rootStep{
 		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
-		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec, srcs) }},
+		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec, cfg.User.Home, srcs) }},
 		{"masking denied paths", func() error { return maskPaths(spec.Masks) }},
 		{"making workspace paths read-only", func() error { return readOnlyPaths(spec.ReadOnly) }},
 		{"sealing the root", func() error {
@@ -294,7 +297,7 @@ type treeMount struct {
 // mountTree mounts the sandbox's own tree: /tmp, home, the workspace and the policy paths. With
 // srcs (cordon runs as root) the workspace and policy paths are attached from the descriptors
 // cordon made on the host instead of bound from host paths.
-func mountTree(spec *sandbox.Spec, srcs *hostSources) error {
+func mountTree(spec *sandbox.Spec, home string, srcs *hostSources) error {
 	tmpfs := func(mode string) func(string) error {
 		return func(dst string) error {
 			if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -304,8 +307,8 @@ func mountTree(spec *sandbox.Spec, srcs *hostSources) error {
 		}
 	}
 	mounts := []treeMount{{target: "/tmp", mount: tmpfs("1777")}}
-	if spec.User.Home != "" {
-		mounts = append(mounts, treeMount{target: spec.User.Home, mount: tmpfs("0700")})
+	if home != "" {
+		mounts = append(mounts, treeMount{target: home, mount: tmpfs("0700")})
 	}
 	ws := spec.Workspace
 	mounts = append(mounts, treeMount{target: ws.Path, mount: func(dst string) error {
@@ -318,7 +321,7 @@ func mountTree(spec *sandbox.Spec, srcs *hostSources) error {
 				}
 			}
 			if err := mountOverlay(lower, upper, work, dst); err != nil {
-				return &sandbox.SetupError{Step: StepOverlay, Err: err}
+				return &sandbox.SetupError{Step: stepOverlay, Err: sandbox.NoOverlay(err)}
 			}
 			return nil
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package cgroup
 
 import (
@@ -75,7 +77,7 @@ func New(name string, l Limits) (g *Group, unenforced []string, err error) {
 	}
 	h, err := readHost()
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating cgroup %s: %w: %w", name, err, sandbox.ErrUnsupported)
+		return nil, nil, fmt.Errorf("creating cgroup %s: %w: %w", name, err, sandbox.ErrHostLacks)
 	}
 	g, unenforced, err = create(h, name, l, options{selfMove: true})
 	if err != nil {
@@ -173,7 +175,7 @@ func create(h *host, name string, l Limits, o options) (*Group, []string, error)
 	}
 	if len(g.dirs) == 0 {
 		return g, nil, fmt.Errorf("creating cgroup %s: no hierarchy lets this process create a child (%s): %w",
-			name, whyText(g.why), sandbox.ErrUnsupported)
+			name, whyText(g.why), sandbox.ErrHostLacks)
 	}
 
 	// The limits: a controller whose limit cannot be written is unenforced; its directory stays, as a

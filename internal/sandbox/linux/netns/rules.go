@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -9,6 +11,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
 // TableName is the nftables table (family inet) that Install owns in the sandbox's namespace; it is
@@ -35,9 +39,9 @@ const dnsPort = 53
 //
 // Install replaces the table each time, so calling it again is harmless. Any error means the namespace
 // must be considered unprotected: the caller must not start the agent.
-func Install(nsPath string, ports Ports) error {
-	if err := ports.validate(); err != nil {
-		return err
+func Install(nsPath string, ports sandbox.EgressPorts) error {
+	if err := ports.Validate(); err != nil {
+		return fmt.Errorf("netns: %w", err)
 	}
 	nsFD, err := openNetNS(nsPath)
 	if err != nil {
@@ -51,15 +55,15 @@ func Install(nsPath string, ports Ports) error {
 // InstallHere is Install for the calling process's own network namespace, for the sandbox's init,
 // which holds CAP_NET_ADMIN there but runs before its /proc matches its pid namespace (so the
 // setns-based path, which names threads through /proc, cannot work).
-func InstallHere(ports Ports) error {
-	if err := ports.validate(); err != nil {
-		return err
+func InstallHere(ports sandbox.EgressPorts) error {
+	if err := ports.Validate(); err != nil {
+		return fmt.Errorf("netns: %w", err)
 	}
 	return install(-1, "this namespace", ports)
 }
 
 // install does the work in the namespace nsFD, or in the current one when nsFD is -1.
-func install(nsFD int, name string, ports Ports) error {
+func install(nsFD int, name string, ports sandbox.EgressPorts) error {
 	if err := installRules(nsFD, ports); err != nil {
 		return fmt.Errorf("netns: install rules in %s: %w", name, err)
 	}
@@ -70,7 +74,7 @@ func install(nsFD int, name string, ports Ports) error {
 }
 
 // installRules writes the ruleset in one batch and verifies it.
-func installRules(nsFD int, ports Ports) error {
+func installRules(nsFD int, ports sandbox.EgressPorts) error {
 	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if nsFD >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(nsFD))
@@ -114,7 +118,7 @@ type wantChain struct {
 	rules [][]expr.Any
 }
 
-func ruleset(p Ports) wantRuleset {
+func ruleset(p sandbox.EgressPorts) wantRuleset {
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	accept, drop := nftables.ChainPolicyAccept, nftables.ChainPolicyDrop
 
@@ -255,7 +259,8 @@ func dport(port uint16) []expr.Any {
 }
 
 // redirect is "redirect to :<port>": the destination becomes the loopback address of the packet's
-// family (127.0.0.1 or ::1) and port, and conntrack remembers the original for OrigDst.
+// family (127.0.0.1 or ::1) and port, and conntrack remembers the original, which the gateway reads
+// with SO_ORIGINAL_DST.
 func redirect(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},

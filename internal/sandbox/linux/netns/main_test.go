@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -25,6 +27,8 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
 // The tests re-execute the test binary as helpers. envChild says which:
@@ -216,7 +220,9 @@ func errName(err error) string {
 
 // testPorts are the ports the tests give the gateway. The namespaces are private, so fixed ports
 // cannot collide with anything on the host.
-func testPorts() Ports { return Ports{Transparent: 15001, Proxy: 3128, DNS: 53} }
+func testPorts() sandbox.EgressPorts {
+	return sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}
+}
 
 // noRaceExitDelay stops a helper built with -race from sleeping a second when it exits.
 const noRaceExitDelay = "GORACE=atexit_sleep_ms=0"
@@ -294,10 +300,10 @@ func (n *testNS) do(t *testing.T, fn func() error) error {
 	return inNetNS(n.fd, fn)
 }
 
-// sandbox is a namespace with the gateway's listeners served by the test and, if rules is set, the
+// sandboxNS is a namespace with the gateway's listeners served by the test and, if rules is set, the
 // rules installed; without rules it gets the same routes, which is the "sibling" every attack is
 // compared against.
-func sandbox(t *testing.T, rules bool) *testNS {
+func sandboxNS(t *testing.T, rules bool) *testNS {
 	t.Helper()
 	n := newNS(t)
 	set, err := Listeners(n.path, testPorts())
@@ -336,7 +342,7 @@ func installOrSkip(t *testing.T, n *testNS) {
 
 // serve answers on every socket of the set, naming the socket's role and what OrigDst says, so a
 // client inside can tell where its connection landed. The reply is an HTTP response, so curl works too.
-func serve(set *Set) {
+func serve(set *sandbox.Listeners) {
 	roles := map[string][]net.Listener{"transparent": set.Transparent, "proxy": set.Proxy, "dns-tcp": set.DNSTCP}
 	for role, ls := range roles {
 		for _, l := range ls {

@@ -1,13 +1,5 @@
-// Package netns wires cordon's egress gateway into the sandbox's network namespace without giving that
-// namespace any route out: it creates the gateway's listening sockets inside the namespace (a socket
-// keeps the namespace it was created in, so the gateway can serve them from outside, and no veth or host
-// interface is ever visible to the agent), and it programs nftables there over netlink so that every TCP
-// connection lands on the transparent listener, every DNS query on the DNS sockets, and everything else
-// is dropped. The agent has no CAP_NET_ADMIN, so it cannot undo either.
-//
-// Everything here fails closed: a namespace path that is not a network namespace, a ruleset that does
-// not read back as written, or a thread that cannot return to its own namespace is an error, and the
-// caller must not start the agent.
+//go:build linux
+
 package netns
 
 import (
@@ -17,30 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Ports are the gateway's ports on the sandbox's loopback. They are fixed per run, because the
-// nftables rules name them and the sandbox's environment (HTTP_PROXY, resolv.conf) points at them.
-type Ports struct {
-	// Transparent receives every TCP connection the sandbox makes, redirected by nftables; OrigDst tells
-	// the gateway where it was going. 15001, say.
-	Transparent uint16
-	// Proxy is the explicit HTTP/HTTPS proxy, for tools that honour HTTP_PROXY. 3128, say.
-	Proxy uint16
-	// DNS receives every DNS query (UDP and TCP to port 53 anywhere). 53, so that resolv.conf can name it.
-	DNS uint16
-}
-
-// validate refuses ports the rules could not express or that would collide: one TCP listener per
-// port, and port 0 would mean "redirect to wherever the kernel chose", which the rules cannot know.
-func (p Ports) validate() error {
-	if p.Transparent == 0 || p.Proxy == 0 || p.DNS == 0 {
-		return fmt.Errorf("netns: all ports must be set (got %+v)", p)
-	}
-	if p.Transparent == p.Proxy || p.Transparent == p.DNS || p.Proxy == p.DNS {
-		return fmt.Errorf("netns: ports must be distinct (got %+v)", p)
-	}
-	return nil
-}
 
 // openNetNS opens nsPath and checks that it is a network namespace, so that a wrong path (a pid that
 // was reused for a process in the host's namespace is still a network namespace, but /proc/N/ns/mnt or

@@ -1,4 +1,4 @@
-package main
+package cordon
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/atomicfile"
 	"github.com/cordon-sandbox/cordon/internal/credfiles"
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/creds/awssig"
@@ -30,7 +31,7 @@ const revokeTimeout = 30 * time.Second
 // prepareCredentials reads every credential the policy names (running commands and minting tokens
 // outside the sandbox, before it starts) and makes their placeholders. A credential that cannot be
 // read stops the run: the agent must not start without what it was promised.
-func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*creds.Set, error) {
+func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*creds.Set, error) {
 	if len(pol.Credentials) == 0 {
 		return nil, nil
 	}
@@ -41,24 +42,24 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 		}}
 		switch f := c.From; {
 		case f.Env != "":
-			sp.Source = creds.FromEnv(a.env, f.Env)
+			sp.Source = creds.FromEnv(b.env, f.Env)
 		case f.File != "":
 			sp.Source = creds.FromFile(f.File)
 		case len(f.Command) > 0:
-			sp.Source = creds.FromCommand(f.Command, a.stdin, a.stderr)
+			sp.Source = creds.FromCommand(f.Command, b.stdin, b.stderr)
 		case f.GitHubApp != nil:
-			src, err := a.githubApp(f.GitHubApp)
+			src, err := b.githubApp(f.GitHubApp)
 			if err != nil {
 				return nil, fmt.Errorf("credential %s: %w", c.Name, err)
 			}
 			sp.Source = src
 		case f.AWS != nil:
 			if f.AWS.Env {
-				sp.AWS = awssig.EnvKeys{Environ: a.env}
+				sp.AWS = awssig.EnvKeys{Environ: b.env}
 			} else {
-				path := envValue(a.env, "AWS_SHARED_CREDENTIALS_FILE")
+				path := envValue(b.env, "AWS_SHARED_CREDENTIALS_FILE")
 				if path == "" {
-					path = filepath.Join(envValue(a.env, "HOME"), ".aws", "credentials")
+					path = filepath.Join(envValue(b.env, "HOME"), ".aws", "credentials")
 				}
 				sp.AWS = awssig.ProfileKeys{Path: path, Profile: f.AWS.Profile}
 			}
@@ -83,7 +84,7 @@ func (a *app) prepareCredentials(ctx context.Context, pol *policy.Policy) (*cred
 // githubApp makes the source of a GitHub App installation token, scoped to the policy's repositories
 // and permissions: each use gets the current token (refreshed before it expires), and closing the
 // source revokes every token it minted.
-func (a *app) githubApp(g *policy.GitHubApp) (creds.Source, error) {
+func (b *builder) githubApp(g *policy.GitHubApp) (creds.Source, error) {
 	// Read as any credential file is: refused when other users can read it.
 	key, err := creds.FromFile(g.PrivateKeyFile).Secret(context.Background())
 	if err != nil {
@@ -101,14 +102,14 @@ func (a *app) githubApp(g *policy.GitHubApp) (creds.Source, error) {
 
 // closeCredentials revokes what the run's credentials minted, on every way out of a run that
 // prepared them.
-func (a *app) closeCredentials(set *creds.Set) {
+func (b *builder) closeCredentials(set *creds.Set) {
 	if set == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
 	if err := set.Close(ctx); err != nil {
-		a.warn(fmt.Sprintf("credentials: %v (a minted token still expires on its own)", err))
+		b.warn.degraded(fmt.Sprintf("credentials: %v (a minted token still expires on its own)", err))
 	}
 }
 
@@ -116,11 +117,11 @@ func (a *app) closeCredentials(set *creds.Set) {
 // after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
 // exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers clean files in
 // cordon's state (which the sandbox never sees), so a large project costs a full read only once.
-func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secrets) ([]string, error) {
+func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Secrets) ([]string, error) {
 	if sec.NoScan {
 		return nil, nil
 	}
-	cachePath := a.scanCachePath(project)
+	cachePath := b.scanCachePath(project)
 	cache := scan.NewCache()
 	if f, err := os.Open(cachePath); err == nil {
 		if c, err := scan.ReadCache(f); err == nil {
@@ -134,12 +135,12 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 	}
 	if cache.Changed() {
 		if err := writeCache(cachePath, cache); err != nil {
-			a.warn(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
+			b.warn.degraded(fmt.Sprintf("secret scan cache: %v (the next start scans every file again)", err))
 		}
 	}
 	// A file git keeps as it is (its content in .git, readable there by `git show`) is not masked:
 	// hiding it protects nothing, and an agent committing would commit it emptied.
-	tracked := a.trackedUnchanged(project, scan.Paths(findings), cachePath+".tracked")
+	tracked := b.trackedUnchanged(project, scan.Paths(findings), cachePath+".tracked")
 	if len(tracked) > 0 {
 		var kept []scan.Finding
 		findings = slices.DeleteFunc(findings, func(f scan.Finding) bool {
@@ -149,14 +150,14 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 			return tracked[f.Path]
 		})
 		paths := scan.Paths(kept)
-		fmt.Fprintf(a.stderr, "cordon: not masked: %d secret-shaped %s that git keeps unchanged (.git holds %s content, readable there anyway): %s; if a secret is real, rotate it\n",
-			len(paths), plural(len(paths), "file", "files"), plural(len(paths), "its", "their"), strings.Join(paths[:min(3, len(paths))], ", ")+more(len(paths), 3))
+		b.warn.notice(fmt.Sprintf("not masked: %d secret-shaped %s that git keeps unchanged (.git holds %s content, readable there anyway): %s; if a secret is real, rotate it",
+			len(paths), plural(len(paths), "file", "files"), plural(len(paths), "its", "their"), strings.Join(paths[:min(3, len(paths))], ", ")+more(len(paths), 3)))
 	}
 	paths := scan.Paths(findings)
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	fmt.Fprintf(a.stderr, "cordon: %s\n", scan.Summary(findings, "filesystem.secrets.allow in the policy"))
+	b.warn.notice(scan.Summary(findings, "filesystem.secrets.allow in the policy"))
 	var masks []string
 	for _, p := range paths {
 		if t, ok := maskTarget(project, filepath.Join(project, filepath.FromSlash(p))); ok {
@@ -168,7 +169,7 @@ func (a *app) secretMasks(ctx context.Context, project string, sec policy.Secret
 
 // trackedUnchanged is workspace.TrackedUnchanged with its memo kept in cordon's state beside the
 // scan's cache, so that a start finding the repository as it was does not decode its index again.
-func (a *app) trackedUnchanged(project string, paths []string, memoPath string) map[string]bool {
+func (b *builder) trackedUnchanged(project string, paths []string, memoPath string) map[string]bool {
 	if len(paths) == 0 {
 		return nil
 	}
@@ -178,9 +179,9 @@ func (a *app) trackedUnchanged(project string, paths []string, memoPath string) 
 		memo = workspace.TrackedMemo{}
 	}
 	tracked := workspace.TrackedUnchanged(project, paths, &memo)
-	if b, err := json.Marshal(memo); err == nil && !bytes.Equal(b, old) {
-		if err := writeFileAtomic(memoPath, b); err != nil {
-			a.warn(fmt.Sprintf("secret scan cache: %v", err))
+	if data, err := json.Marshal(memo); err == nil && !bytes.Equal(data, old) {
+		if err := writeFileAtomic(memoPath, data); err != nil {
+			b.warn.degraded(fmt.Sprintf("secret scan cache: %v", err))
 		}
 	}
 	return tracked
@@ -203,9 +204,9 @@ func more(n, shown int) string {
 
 // scanCachePath is where the secret scan's cache for project lives: in cordon's state, one file per
 // project.
-func (a *app) scanCachePath(project string) string {
+func (b *builder) scanCachePath(project string) string {
 	sum := sha256.Sum256([]byte(project))
-	return filepath.Join(a.store().Root, "scan-cache", hex.EncodeToString(sum[:12]))
+	return filepath.Join(b.store.Root, "scan-cache", hex.EncodeToString(sum[:12]))
 }
 
 // writeCache replaces the cache file atomically, so a crash leaves the old cache or the new one.
@@ -218,32 +219,20 @@ func writeCache(path string, c *scan.Cache) error {
 }
 
 // writeFileAtomic replaces the file at path (in a directory only cordon's user can enter) with b, so
-// that a crash leaves the old content or the new.
+// that a crash leaves the old content or the new. A cache needs no fsync: losing it costs a rescan.
 func writeFileAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteLazy(path, b, 0o600)
 }
 
 // warnCredentialMounts warns when a filesystem.readonly or readwrite path exposes a file where a tool
 // keeps a long-lived credential (the path itself or something inside it): the agent can read it, which
 // the credentials section exists to avoid. Only those well-known places are looked at (an lstat each),
 // so a mount of a large tree costs nothing at start.
-func (a *app) warnCredentialMounts(mounts []sandbox.Mount) {
-	home := a.getenv("HOME")
+func (b *builder) warnCredentialMounts(mounts []sandbox.Mount) {
+	home := b.home
 	if h, err := filepath.EvalSymlinks(home); err == nil {
 		home = h
 	}
@@ -257,7 +246,7 @@ func (a *app) warnCredentialMounts(mounts []sandbox.Mount) {
 		}
 		for _, m := range mounts {
 			if m.Target == "" && within(p, m.Source) {
-				a.warn(fmt.Sprintf("filesystem: %s exposes %s (%s) to the agent; give it %s instead", m.Source, p, c.What, c.Instead))
+				b.warn.degraded(fmt.Sprintf("filesystem: %s exposes %s (%s) to the agent; give it %s instead", m.Source, p, c.What, c.Instead))
 				break
 			}
 		}
@@ -266,7 +255,7 @@ func (a *app) warnCredentialMounts(mounts []sandbox.Mount) {
 
 // warnSecretValues warns about secret-shaped values that the policy passes into the sandbox's
 // environment as they are (env.pass, env.set): those are the agent's to read and to leak.
-func (a *app) warnSecretValues(env []string, pol policy.Env) {
+func (b *builder) warnSecretValues(env []string, pol policy.Env) {
 	var passed []string
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
@@ -275,6 +264,6 @@ func (a *app) warnSecretValues(env []string, pol policy.Env) {
 		}
 	}
 	for _, f := range scan.ScanEnv(passed) {
-		a.warn(fmt.Sprintf("$%s holds what looks like a %s and enters the sandbox as is; make it a credential to keep the value outside", f.Env, f.Kind))
+		b.warn.degraded(fmt.Sprintf("$%s holds what looks like a %s and enters the sandbox as is; make it a credential to keep the value outside", f.Env, f.Kind))
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -15,13 +17,15 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
 // Every TCP connection, to any address and port, of either family, lands on the transparent listener
 // served from outside, and OrigDst reports what the client asked for. In a sibling namespace with the
 // same listeners and routes but no rules, none of them does.
 func TestEveryTCPConnectionLandsOnTheGateway(t *testing.T) {
-	with, without := sandbox(t, true), sandbox(t, false)
+	with, without := sandboxNS(t, true), sandboxNS(t, false)
 	p := testPorts()
 	want := map[string]string{
 		"198.18.0.5:443":   "transparent 198.18.0.5:443",
@@ -58,7 +62,7 @@ func TestEveryTCPConnectionLandsOnTheGateway(t *testing.T) {
 // Real clients, run inside as the agent is (root in the namespace, no CAP_NET_ADMIN), reach the
 // transparent listener whatever address they were given; without the rules they fail.
 func TestRealClientsLandOnTheGateway(t *testing.T) {
-	with, without := sandbox(t, true), sandbox(t, false)
+	with, without := sandboxNS(t, true), sandboxNS(t, false)
 	type client struct {
 		argv []string
 		want string
@@ -104,7 +108,7 @@ func TestRealClientsLandOnTheGateway(t *testing.T) {
 // DNS over UDP and TCP to any address lands on the DNS sockets, and the UDP answer comes back as if
 // from the address asked (a connected socket accepts nothing else).
 func TestDNSLandsOnTheGateway(t *testing.T) {
-	with, without := sandbox(t, true), sandbox(t, false)
+	with, without := sandboxNS(t, true), sandboxNS(t, false)
 	want := map[string]string{
 		"udp 1.1.1.1:53":       "dns-udp probe",
 		"udp [fd00::53]:53":    "dns-udp probe",
@@ -140,7 +144,7 @@ func TestDNSLandsOnTheGateway(t *testing.T) {
 // UDP to other ports, ICMP echo, raw IP. The same probes succeed in the sibling without the rules,
 // where a receiver in the namespace gets the datagram, or at least the datagram leaves the socket.
 func TestEverythingElseIsDropped(t *testing.T) {
-	with, without := sandbox(t, true), sandbox(t, false)
+	with, without := sandboxNS(t, true), sandboxNS(t, false)
 	type receivers struct{ udp4, udp6, raw net.PacketConn }
 	recv := map[*testNS]receivers{}
 	for _, n := range []*testNS{with, without} {
@@ -183,7 +187,7 @@ func TestEverythingElseIsDropped(t *testing.T) {
 // Loopback stays inside: the agent's own servers on 127.0.0.1 and ::1 are reached directly, over TCP
 // and UDP, and never through the gateway.
 func TestLoopbackStaysInside(t *testing.T) {
-	with := sandbox(t, true)
+	with := sandboxNS(t, true)
 	udp4 := with.listenPacket(t, "udp4", "127.0.0.1:9999")
 	udp6 := with.listenPacket(t, "udp6", "[::1]:9999")
 	got := parallel(map[string]func() string{
@@ -220,7 +224,7 @@ func TestAgentCannotChangeTheRules(t *testing.T) {
 	}
 	attempts := []string{"insert accept rule", "set policy accept", "delete table", "flush ruleset", "delete default route"}
 
-	agent := sandbox(t, true)
+	agent := sandboxNS(t, true)
 	res := attack(agent, true)
 	if res["uid"] != "0" || res["net_admin"] != "no" {
 		t.Fatalf("the attacker should be root without CAP_NET_ADMIN: %v", res)
@@ -237,7 +241,7 @@ func TestAgentCannotChangeTheRules(t *testing.T) {
 		t.Errorf("after the attack, UDP out: got %q, want EPERM", g)
 	}
 
-	admin := sandbox(t, true)
+	admin := sandboxNS(t, true)
 	res = attack(admin, false)
 	if res["net_admin"] != "yes" {
 		t.Fatalf("the comparison attacker should have CAP_NET_ADMIN: %v", res)
@@ -264,9 +268,9 @@ func verifyInstalled(n *testNS) error {
 // Installing again, even with other ports first, leaves exactly one table with exactly the rules of
 // the last call, and traffic still flows.
 func TestInstallIsIdempotent(t *testing.T) {
-	n := sandbox(t, true)
-	other := Ports{Transparent: 15002, Proxy: 3129, DNS: 5353}
-	for _, p := range []Ports{testPorts(), other, testPorts()} {
+	n := sandboxNS(t, true)
+	other := sandbox.EgressPorts{Transparent: 15002, Proxy: 3129, DNS: 5353}
+	for _, p := range []sandbox.EgressPorts{testPorts(), other, testPorts()} {
 		if err := Install(n.path, p); err != nil {
 			t.Fatalf("Install(%+v) again: %v", p, err)
 		}
@@ -353,7 +357,7 @@ func TestBadNamespacePaths(t *testing.T) {
 	}
 	// Bad ports are refused before any namespace is opened (a path that does not exist, so that a
 	// regression here can never program the host's own namespace).
-	for _, p := range []Ports{{}, {Transparent: 1, Proxy: 1, DNS: 53}, {Transparent: 1, Proxy: 2, DNS: 2}} {
+	for _, p := range []sandbox.EgressPorts{{}, {Transparent: 1, Proxy: 1, DNS: 53}, {Transparent: 1, Proxy: 2, DNS: 2}} {
 		if err := Install("/nonexistent", p); err == nil || !strings.Contains(err.Error(), "ports") {
 			t.Errorf("Install with ports %+v: got %v, want a ports error", p, err)
 		}
@@ -436,15 +440,6 @@ func TestThreadThatCannotReturnIsDiscarded(t *testing.T) {
 	}
 	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
 		t.Errorf("a thread that returned cleanly was discarded too (%v): the probe cannot tell", err)
-	}
-}
-
-// OrigDst refuses connections it cannot answer for.
-func TestOrigDstRejectsNonTCP(t *testing.T) {
-	a, b := net.Pipe()
-	defer func() { _ = a.Close(); _ = b.Close() }()
-	if _, err := OrigDst(a); err == nil {
-		t.Error("OrigDst of a pipe succeeded")
 	}
 }
 

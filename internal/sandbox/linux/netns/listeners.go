@@ -1,3 +1,5 @@
+//go:build linux
+
 package netns
 
 import (
@@ -10,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
 // listenBacklog is the accept queue asked for. The gateway must absorb bursts of thousands of new
@@ -37,38 +41,6 @@ func raiseSomaxconn() {
 	_ = os.WriteFile(somaxconnPath, []byte(strconv.Itoa(listenBacklog)), 0)
 }
 
-// Set holds the gateway's sockets inside one sandbox's network namespace. Each slice has the
-// 127.0.0.1 socket first and the ::1 one second when the namespace has IPv6 loopback. They are
-// ordinary net.Listener and net.PacketConn values: the namespace is a property of the socket, so they
-// work from any goroutine on any thread.
-type Set struct {
-	// Transparent receives the TCP connections nftables redirects; see OrigDst.
-	Transparent []net.Listener
-	// Proxy is the explicit HTTP/HTTPS proxy.
-	Proxy []net.Listener
-	// DNSTCP and DNSUDP receive DNS queries over TCP and UDP.
-	DNSTCP []net.Listener
-	DNSUDP []net.PacketConn
-}
-
-// Close closes every socket in the set, so that nothing of the gateway is left listening inside the
-// sandbox.
-func (s *Set) Close() error {
-	var errs []error
-	for _, group := range [][]net.Listener{s.Transparent, s.Proxy, s.DNSTCP} {
-		for _, l := range group {
-			errs = append(errs, l.Close())
-		}
-	}
-	for _, c := range s.DNSUDP {
-		errs = append(errs, c.Close())
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("netns: close listeners: %w", err)
-	}
-	return nil
-}
-
 // socketSpec is one socket Listeners creates.
 type socketSpec struct {
 	udp  bool
@@ -84,9 +56,9 @@ type socketSpec struct {
 //
 // The sockets do not set SO_REUSEADDR or SO_REUSEPORT, so nothing in the sandbox can bind the same
 // address and port beside them.
-func Listeners(nsPath string, ports Ports) (*Set, error) {
-	if err := ports.validate(); err != nil {
-		return nil, err
+func Listeners(nsPath string, ports sandbox.EgressPorts) (*sandbox.Listeners, error) {
+	if err := ports.Validate(); err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
 	}
 	nsFD, err := openNetNS(nsPath)
 	if err != nil {
@@ -94,7 +66,7 @@ func Listeners(nsPath string, ports Ports) (*Set, error) {
 	}
 	defer func() { _ = unix.Close(nsFD) }()
 
-	set := &Set{}
+	set := &sandbox.Listeners{}
 	specs := []socketSpec{
 		{port: ports.Transparent, role: &set.Transparent},
 		{port: ports.Proxy, role: &set.Proxy},
@@ -183,7 +155,8 @@ func loopbackSocket(addr netip.Addr, port uint16, udp bool) (int, error) {
 	}
 	var sa unix.Sockaddr
 	if addr.Is6() {
-		// Never dual-stack: the IPv4 socket is separate, and OrigDst picks the option by family.
+		// Never dual-stack: the IPv4 socket is separate, and the gateway picks the option that reads
+		// the original destination by the socket's family.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
 			_ = unix.Close(fd)
 			return -1, fmt.Errorf("IPV6_V6ONLY on %s: %w", netip.AddrPortFrom(addr, port), err)
@@ -203,90 +176,4 @@ func loopbackSocket(addr netip.Addr, port uint16, udp bool) (int, error) {
 		}
 	}
 	return fd, nil
-}
-
-// Socket roles, as Files names them, so a Set can travel between processes.
-const (
-	RoleTransparent = "transparent"
-	RoleProxy       = "proxy"
-	RoleDNSTCP      = "dns-tcp"
-	RoleDNSUDP      = "dns-udp"
-)
-
-// Files duplicates every socket of the set as a file, with its role, so that the sandbox's init, which
-// can create the sockets in its own namespace, can hand them to cordon outside (SCM_RIGHTS).
-func (s *Set) Files() (files []*os.File, roles []string, err error) {
-	type filer interface{ File() (*os.File, error) }
-	add := func(role string, x any) {
-		if err != nil {
-			return
-		}
-		var f *os.File
-		if f, err = x.(filer).File(); err == nil {
-			files, roles = append(files, f), append(roles, role)
-		}
-	}
-	for _, l := range s.Transparent {
-		add(RoleTransparent, l)
-	}
-	for _, l := range s.Proxy {
-		add(RoleProxy, l)
-	}
-	for _, l := range s.DNSTCP {
-		add(RoleDNSTCP, l)
-	}
-	for _, c := range s.DNSUDP {
-		add(RoleDNSUDP, c)
-	}
-	if err != nil {
-		for _, f := range files {
-			f.Close()
-		}
-		return nil, nil, fmt.Errorf("netns: socket as file: %w", err)
-	}
-	return files, roles, nil
-}
-
-// FromFiles is the inverse of Files: it wraps received sockets by role. It takes ownership of files.
-func FromFiles(files []*os.File, roles []string) (*Set, error) {
-	if len(files) != len(roles) {
-		return nil, fmt.Errorf("netns: %d sockets for %d roles", len(files), len(roles))
-	}
-	set := &Set{}
-	var err error
-	for i, f := range files {
-		if err == nil {
-			switch roles[i] {
-			case RoleDNSUDP:
-				var c net.PacketConn
-				if c, err = net.FilePacketConn(f); err == nil {
-					set.DNSUDP = append(set.DNSUDP, c)
-				}
-			case RoleTransparent, RoleProxy, RoleDNSTCP:
-				var l net.Listener
-				if l, err = net.FileListener(f); err == nil {
-					switch roles[i] {
-					case RoleTransparent:
-						set.Transparent = append(set.Transparent, l)
-					case RoleProxy:
-						set.Proxy = append(set.Proxy, l)
-					default:
-						set.DNSTCP = append(set.DNSTCP, l)
-					}
-				}
-			default:
-				err = fmt.Errorf("netns: unknown socket role %q", roles[i])
-			}
-		}
-		f.Close()
-	}
-	if err != nil {
-		set.Close()
-		return nil, err
-	}
-	if len(set.Transparent) == 0 || len(set.DNSUDP) == 0 {
-		set.Close()
-		return nil, errors.New("netns: the gateway's sockets are incomplete")
-	}
-	return set, nil
 }

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package cordon
+
+import "github.com/cordon-sandbox/cordon/internal/sandbox"
+
+// newBackend is the box for an Isolation that check has accepted: none on this platform, whose
+// Launch says so (ErrUnsupported).
+func newBackend(Isolation) sandbox.Backend { return sandbox.Unsupported{} }

@@ -1,0 +1,95 @@
+package cordon
+
+import (
+	"fmt"
+	"os"
+)
+
+// Config is one run: what to run, on which project, under which policy, with which streams.
+type Config struct {
+	// Policy is what the run may do; nil means the built-in default (the workspace read-write,
+	// nothing else of the host, no network). Start does not change it.
+	Policy *Policy
+	// Workspace is the project directory the command works on. It must be a directory that is not
+	// a system directory and does not contain the caller's home. Empty means the current directory.
+	Workspace string
+	// Command is the command and its arguments, looked up in the PATH of the sandbox's environment.
+	Command []string
+	// Env is the caller's environment (KEY=VALUE) from which the policy's env.pass takes variables
+	// and credentials read from.env; the command never inherits it as a whole. Nil means
+	// os.Environ(). HOME, USER and the XDG directories in it also decide the default state
+	// directory and the sandbox user's name.
+	Env []string
+	// Streams are the command's standard streams; nil ones are the null device.
+	Streams Streams
+	// Isolation chooses the kind of box; the zero value is IsolationNative.
+	Isolation Isolation
+	// StateDir is where runs are kept; empty means cordon's default for the caller
+	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
+	StateDir string
+	// OnWarning, when set, receives each warning as it happens, from any goroutine; it must not
+	// block. Run.Warnings returns them too.
+	OnWarning func(Warning)
+}
+
+// Streams are a run's standard streams. A terminal on Stdin gets the command its own
+// pseudo-terminal, which the run relays; any stream that is not an anonymous pipe reaches the
+// sandbox through a relay pipe, so that the command never holds a descriptor of the caller's (see
+// SECURITY-MODEL.md).
+type Streams struct {
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Isolation is the kind of box the run's command is put in. Every kind gets the same policy,
+// gateway, credentials and workspace; they differ in what stands between the command and the host
+// kernel.
+type Isolation string
+
+// The kinds of box. Only the native one exists today; others come behind the same backend
+// interface.
+const (
+	// IsolationNative is cordon's own Linux sandbox: namespaces, a pivoted root, Landlock, seccomp
+	// and cgroups, on the host kernel.
+	IsolationNative Isolation = "native"
+)
+
+// check reports an Isolation this build does not know.
+func (i Isolation) check() error {
+	switch i {
+	case "", IsolationNative:
+		return nil
+	}
+	return fmt.Errorf("isolation %q is not known (this cordon has: %s)", string(i), IsolationNative)
+}
+
+// Warning is something the user should know about a run that does not stop it.
+type Warning struct {
+	Kind WarningKind
+	// Message is one line, without a "cordon:" prefix.
+	Message string
+}
+
+// WarningKind says what a Warning is about, so that a program can tell a weakened boundary from
+// information.
+type WarningKind string
+
+// The kinds of warning.
+const (
+	// WarningDegraded: the run has less than it asked for or exposes more than it may seem (a limit
+	// fell back to an rlimit, a path was not mounted, a secret-shaped value enters as it is, a
+	// credential could not be revoked). The cordon command prints these as "cordon: warning: ...".
+	WarningDegraded WarningKind = "degraded"
+	// WarningNotice: information about what the run did on the caller's behalf (secret-shaped
+	// files masked or left as git keeps them). Printed as "cordon: ...".
+	WarningNotice WarningKind = "notice"
+	// WarningBlocked: the gateway refused a host the command tried to reach, once per host, as it
+	// happens, with how to allow it. Printed as "cordon: ...".
+	WarningBlocked WarningKind = "blocked"
+)
+
+func (w Warning) String() string {
+	if w.Kind == WarningDegraded {
+		return "warning: " + w.Message
+	}
+	return w.Message
+}

@@ -1,0 +1,158 @@
+package cordon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
+)
+
+// Store is a directory of runs: each run's record, its workspace layers and its audit log. The
+// caller's own state directory is the default; one only cordon's user can enter.
+type Store struct {
+	// Dir is the state directory (see Config.StateDir); empty means the caller's default.
+	Dir string
+}
+
+func (s Store) store() runstate.Store { return s.storeFor(os.Environ()) }
+
+// storeFor is the store at Dir, or when Dir is empty the caller's default: decided by uid and by
+// HOME and XDG_STATE_HOME in env.
+func (s Store) storeFor(env []string) runstate.Store {
+	if s.Dir != "" {
+		return runstate.Store{Root: s.Dir}
+	}
+	return runstate.Store{Root: runstate.DefaultRoot(os.Getuid(), getenv(env, "HOME"), getenv(env, "XDG_STATE_HOME"))}
+}
+
+// OpenRun opens a run of the caller's default store by its id (or a unique prefix of one).
+func OpenRun(id string) (*FinishedRun, error) { return Store{}.Open(id) }
+
+// Open opens a run by its id or a unique prefix of one.
+func (s Store) Open(id string) (*FinishedRun, error) {
+	r, err := s.store().Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return &FinishedRun{r: r}, nil
+}
+
+// Last opens the most recently started run.
+func (s Store) Last() (*FinishedRun, error) {
+	runs, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) == 0 {
+		return nil, ErrNoRuns
+	}
+	return runs[0], nil
+}
+
+// ErrNoRuns: the store holds no run.
+var ErrNoRuns = errors.New("no runs yet")
+
+// List returns the store's runs, the most recently started first.
+func (s Store) List() ([]*FinishedRun, error) {
+	rs, err := s.store().List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*FinishedRun, len(rs))
+	for i, r := range rs {
+		out[i] = &FinishedRun{r: r}
+	}
+	return out, nil
+}
+
+// GC removes applied and discarded runs (exported ones are kept) that ended longer ago than
+// olderThan, returning the ids it removed.
+func (s Store) GC(olderThan time.Duration) ([]string, error) { return s.store().GC(olderThan) }
+
+// FinishedRun is a run's record and what its command changed, kept until the caller applies,
+// exports or discards it. (A run still going can be opened too: its changes so far are readable.)
+type FinishedRun struct {
+	r *runstate.Run
+}
+
+// RunInfo is a run's record.
+type RunInfo struct {
+	ID      string
+	Project string
+	Command []string
+	Started time.Time
+	// State is "running", "exited", "applied", "exported" or "discarded".
+	State string
+	// ExitCode is the command's exit status once State is past "running".
+	ExitCode int
+}
+
+// Info returns the run's record as it was when the run was opened.
+func (f *FinishedRun) Info() RunInfo {
+	m := f.r.Meta
+	return RunInfo{ID: m.ID, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
+}
+
+// ID is the run's id.
+func (f *FinishedRun) ID() string { return f.r.Meta.ID }
+
+// Change is one path the run's command changed in the workspace.
+type Change = workspace.Change
+
+// Risk is a change the persistence guard flags: one that would run code on the host later (a git
+// hook, an .envrc, a CI file) and that Apply and Export carry only when told to.
+type Risk = workspace.Risk
+
+// ApplyOptions adjust Apply and Export.
+type ApplyOptions = workspace.ApplyOptions
+
+// ApplyReport says what Apply carried into the project.
+type ApplyReport = workspace.ApplyReport
+
+// Changes lists the paths the run changed.
+func (f *FinishedRun) Changes() ([]Change, error) { return workspace.Changes(f.r) }
+
+// Risks lists the changes the persistence guard flags.
+func (f *FinishedRun) Risks() ([]Risk, error) { return workspace.Guard(f.r) }
+
+// Diff writes the run's changes to w as a git-style diff, or one line per path with stat.
+func (f *FinishedRun) Diff(w io.Writer, stat bool) error { return workspace.Diff(w, f.r, stat) }
+
+// Apply carries the run's changes into the project, refusing what the guard flags unless
+// opts.IncludeRisky, and refusing files the host changed since the run started.
+func (f *FinishedRun) Apply(opts ApplyOptions) (*ApplyReport, error) {
+	return workspace.Apply(f.r, opts)
+}
+
+// Export commits the run's result on a new branch of the project's git repository and returns the
+// commit's id; the project's work tree is not touched.
+func (f *FinishedRun) Export(branch string, opts ApplyOptions) (string, error) {
+	return workspace.Export(f.r, branch, opts)
+}
+
+// Discard throws the run's changes away; the record stays, as discarded, until GC.
+func (f *FinishedRun) Discard() error { return workspace.Discard(f.r) }
+
+// Events reads the run's audit log; a run without network has none.
+func (f *FinishedRun) Events() ([]Event, error) {
+	evs, err := readEvents(f.r.Dir)
+	if err != nil {
+		return evs, fmt.Errorf("run %s: %w", f.r.Meta.ID, err)
+	}
+	return evs, nil
+}
+
+// AuditLogPath is the file of the run's audit log (JSON lines, one Event each; see
+// internal/audit), for tools that read it as it is. It does not exist for a run without network.
+func (f *FinishedRun) AuditLogPath() string { return filepath.Join(f.r.Dir, auditLogName) }
+
+// Remove deletes the run and everything it kept, whatever its state.
+func (f *FinishedRun) Remove() error {
+	workspace.Release(f.r)
+	return runstate.RemoveAll(f.r.Dir)
+}

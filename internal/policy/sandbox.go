@@ -1,0 +1,36 @@
+package policy
+
+import (
+	"go.yaml.in/yaml/v3"
+)
+
+// The sandbox section: how the box itself looks to the agent.
+
+// Sandbox holds settings of the isolation itself.
+type Sandbox struct {
+	// AllowNesting permits user namespaces inside, for tools that sandbox themselves.
+	AllowNesting bool
+	// Hostname is the host name the sandbox sees.
+	Hostname string
+}
+
+func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
+	_, err := d.mapping(n, path,
+		field{"allowNesting", func(v *yaml.Node, p string) (err error) {
+			s.AllowNesting, err = d.boolean(v, p)
+			return err
+		}},
+		field{"hostname", func(v *yaml.Node, p string) error {
+			h, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if len(h) > 64 || !allLabels(h) {
+				return d.errf(v, p, "%q is not a valid host name (expected letters, digits, - and dots, at most 64 characters)", h)
+			}
+			s.Hostname = h
+			return nil
+		}},
+	)
+	return err
+}

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package probe
+
+// All returns every probe for this platform: the probes attack a Linux sandbox's boundaries (its
+// namespaces, seccomp filter, mounts, netlink), so there are none here yet.
+func All() []Probe { return nil }
+
+// AllocMain is the res.memory child's main, which only Linux's probes start.
+func AllocMain([]string) int { return 2 }

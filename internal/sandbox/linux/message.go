@@ -1,0 +1,336 @@
+//go:build linux
+
+package linux
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// The parent (cordon) and the sandbox's init talk in typed messages, each a JSON envelope
+// {"kind": …, "body": …} whose body is the Go type of its kind. They travel three ways: the launch
+// message as init's argv[1], the config over the config pipe, and everything else as one datagram
+// each over the status socket, which can carry descriptors beside (SCM_RIGHTS). Every message says
+// how many descriptors belong to it, and one that arrives with another number, an unknown kind, a
+// field its kind does not have or a body that does not hold is refused: neither side guesses.
+
+// msgKind names a message.
+type msgKind string
+
+const (
+	// kindLaunch (parent → init, argv[1]): what init sets up before its config arrives.
+	kindLaunch msgKind = "launch"
+	// kindConfig (parent → init, the config pipe): the spec and what the parent resolved on the host.
+	kindConfig msgKind = "config"
+	// kindHostSources (parent → init, status socket, as root): the detached mounts of the host paths
+	// the sandbox shows, sent before the config that says so.
+	kindHostSources msgKind = "host-sources"
+	// kindSockets (init → parent): the gateway's sockets, made inside the sandbox's network namespace.
+	kindSockets msgKind = "sockets"
+	// kindTerminal (init → parent): the master side of the sandbox's pseudo-terminal.
+	kindTerminal msgKind = "terminal"
+	// kindFailed (init → parent): a step of the boundary could not be set up; nothing runs.
+	kindFailed msgKind = "failed"
+	// kindExecFailed (init → parent): the command could not be executed.
+	kindExecFailed msgKind = "exec-failed"
+	// kindStarted (init → parent): the command runs inside the finished boundary.
+	kindStarted msgKind = "started"
+	// kindExited (init → parent, last): the command ended and every other process of the sandbox is
+	// gone (killed and reaped); init exits next. cordon can report the status at once, while the
+	// kernel still tears the namespaces down.
+	kindExited msgKind = "exited"
+)
+
+// message is one message between the parent and init.
+type message interface {
+	kind() msgKind
+	// fds is how many descriptors travel with the message.
+	fds() int
+	// check refuses a body that its kind cannot have.
+	check() error
+}
+
+// launchMsg is init's argv[1].
+type launchMsg struct {
+	// Egress, when set, has init create the gateway's sockets and nftables rules as soon as it
+	// starts, while cordon still prepares the run.
+	Egress *sandbox.EgressPorts `json:"egress,omitempty"`
+}
+
+// hostSourcesMsg carries Count descriptors, in the order openHostSources made them.
+type hostSourcesMsg struct {
+	Count int `json:"count"`
+}
+
+// socketsMsg carries the gateway's sockets, one descriptor per role, in order.
+type socketsMsg struct {
+	Roles []socketRole `json:"roles"`
+}
+
+// terminalMsg carries the pseudo-terminal's master.
+type terminalMsg struct{}
+
+// failedMsg says which step of the boundary failed, and why.
+type failedMsg struct {
+	Step  string `json:"step"`
+	Error string `json:"error"`
+	// NoOverlay says the step failed because overlayfs cannot be mounted here (sandbox.ErrNoOverlay).
+	NoOverlay bool `json:"noOverlay,omitempty"`
+}
+
+// execFailedMsg says the command could not be executed.
+type execFailedMsg struct {
+	Error    string `json:"error"`
+	NotFound bool   `json:"notFound,omitempty"`
+}
+
+// startedMsg says the command runs, with one-line notices (a defense-in-depth layer the kernel lacks).
+type startedMsg struct {
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// exitedMsg is init's last message: how the command ended.
+type exitedMsg struct {
+	Code int `json:"code"`
+}
+
+func (*launchMsg) kind() msgKind      { return kindLaunch }
+func (*initConfig) kind() msgKind     { return kindConfig }
+func (*hostSourcesMsg) kind() msgKind { return kindHostSources }
+func (*socketsMsg) kind() msgKind     { return kindSockets }
+func (*terminalMsg) kind() msgKind    { return kindTerminal }
+func (*failedMsg) kind() msgKind      { return kindFailed }
+func (*execFailedMsg) kind() msgKind  { return kindExecFailed }
+func (*startedMsg) kind() msgKind     { return kindStarted }
+func (*exitedMsg) kind() msgKind      { return kindExited }
+
+func (*launchMsg) fds() int        { return 0 }
+func (*initConfig) fds() int       { return 0 }
+func (m *hostSourcesMsg) fds() int { return m.Count }
+func (m *socketsMsg) fds() int     { return len(m.Roles) }
+func (*terminalMsg) fds() int      { return 1 }
+func (*failedMsg) fds() int        { return 0 }
+func (*execFailedMsg) fds() int    { return 0 }
+func (*startedMsg) fds() int       { return 0 }
+func (*exitedMsg) fds() int        { return 0 }
+
+func (*launchMsg) check() error   { return nil }
+func (*terminalMsg) check() error { return nil }
+func (*startedMsg) check() error  { return nil }
+
+func (c *initConfig) check() error {
+	if len(c.Spec.Args) == 0 {
+		return errors.New("no command")
+	}
+	return nil
+}
+
+func (m *hostSourcesMsg) check() error {
+	if m.Count < 1 || m.Count > maxHostSources {
+		return fmt.Errorf("%d host paths (1 to %d)", m.Count, maxHostSources)
+	}
+	return nil
+}
+
+func (m *socketsMsg) check() error {
+	if len(m.Roles) == 0 || len(m.Roles) > maxSockets {
+		return fmt.Errorf("%d sockets (1 to %d)", len(m.Roles), maxSockets)
+	}
+	for _, r := range m.Roles {
+		if !r.valid() {
+			return fmt.Errorf("unknown socket role %q", r)
+		}
+	}
+	return nil
+}
+
+func (m *failedMsg) check() error {
+	if m.Step == "" || m.Error == "" {
+		return errors.New("a failure without its step or error")
+	}
+	return nil
+}
+
+func (m *execFailedMsg) check() error {
+	if m.Error == "" {
+		return errors.New("an exec failure without its error")
+	}
+	return nil
+}
+
+func (m *exitedMsg) check() error {
+	if m.Code < 0 || m.Code > 255 {
+		return fmt.Errorf("exit code %d", m.Code)
+	}
+	return nil
+}
+
+// envelope is a message on the wire.
+type envelope struct {
+	Kind msgKind         `json:"kind"`
+	Body json.RawMessage `json:"body"`
+}
+
+// encodeMsg is a message's wire form.
+func encodeMsg(m message) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the %s message: %w", m.kind(), err)
+	}
+	return json.Marshal(envelope{Kind: m.kind(), Body: body})
+}
+
+// decodeMsg reads a message's wire form, refusing an unknown kind, a field its kind does not have
+// and a body that does not hold.
+func decodeMsg(b []byte) (message, error) {
+	var env envelope
+	if err := strictJSON(b, &env); err != nil {
+		return nil, fmt.Errorf("malformed message: %w", err)
+	}
+	var m message
+	switch env.Kind {
+	case kindLaunch:
+		m = &launchMsg{}
+	case kindConfig:
+		m = &initConfig{}
+	case kindHostSources:
+		m = &hostSourcesMsg{}
+	case kindSockets:
+		m = &socketsMsg{}
+	case kindTerminal:
+		m = &terminalMsg{}
+	case kindFailed:
+		m = &failedMsg{}
+	case kindExecFailed:
+		m = &execFailedMsg{}
+	case kindStarted:
+		m = &startedMsg{}
+	case kindExited:
+		m = &exitedMsg{}
+	default:
+		return nil, fmt.Errorf("malformed message: unknown kind %q", env.Kind)
+	}
+	if len(env.Body) == 0 {
+		return nil, fmt.Errorf("malformed %s message: no body", env.Kind)
+	}
+	if err := strictJSON(env.Body, m); err != nil {
+		return nil, fmt.Errorf("malformed %s message: %w", env.Kind, err)
+	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("malformed %s message: %w", env.Kind, err)
+	}
+	return m, nil
+}
+
+// strictJSON decodes exactly one JSON value of v's type from b.
+func strictJSON(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// sendMsg sends m as one datagram on the status socket, with its descriptors.
+func sendMsg(sock int, m message, files ...*os.File) error {
+	if len(files) != m.fds() {
+		return fmt.Errorf("a %s message with %d descriptors, not %d", m.kind(), len(files), m.fds())
+	}
+	b, err := encodeMsg(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	for {
+		err = unix.Sendmsg(sock, b, oob, nil, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sending the %s message: %w", m.kind(), err)
+	}
+	return nil
+}
+
+// receiver reads messages from the status socket, with buffers for the largest it takes.
+type receiver struct {
+	sock     int
+	buf, oob []byte
+}
+
+// newReceiver reads from sock messages that carry at most maxFDs descriptors.
+func newReceiver(sock, maxFDs int) *receiver {
+	return &receiver{sock: sock, buf: make([]byte, 64<<10), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}
+}
+
+// errChannelClosed says the other end closed the status socket (or ended) without another message.
+var errChannelClosed = errors.New("the status channel closed")
+
+// recv reads one message and the descriptors that came with it, which the caller then owns. A
+// message that does not decode, or whose descriptors are not the number it says, is refused and
+// its descriptors closed.
+func (r *receiver) recv() (message, []*os.File, error) {
+	var n, oobn, flags int
+	var err error
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(r.sock, r.buf, r.oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var files []*os.File
+	if oobn > 0 {
+		cmsgs, err := unix.ParseSocketControlMessage(r.oob[:oobn])
+		if err != nil {
+			return nil, nil, fmt.Errorf("malformed control message: %w", err)
+		}
+		for _, c := range cmsgs {
+			fds, err := unix.ParseUnixRights(&c)
+			if err != nil {
+				closeAll(files)
+				return nil, nil, fmt.Errorf("malformed control message: %w", err)
+			}
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "received"))
+			}
+		}
+	}
+	if n == 0 && len(files) == 0 {
+		return nil, nil, errChannelClosed
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(files)
+		return nil, nil, errors.New("malformed message: truncated")
+	}
+	m, err := decodeMsg(r.buf[:n])
+	if err == nil && len(files) != m.fds() {
+		err = fmt.Errorf("malformed %s message: %d descriptors, not %d", m.kind(), len(files), m.fds())
+	}
+	if err != nil {
+		closeAll(files)
+		return nil, nil, err
+	}
+	return m, files, nil
+}

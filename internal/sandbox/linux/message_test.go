@@ -1,0 +1,174 @@
+//go:build linux
+
+package linux
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+)
+
+// TestMessagesRoundTrip: every kind of message decodes to what was encoded, as its own type.
+func TestMessagesRoundTrip(t *testing.T) {
+	for _, m := range []message{
+		&launchMsg{},
+		&launchMsg{Egress: &sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}},
+		&initConfig{Spec: sandbox.Spec{Args: []string{"sh", "-c", "true"}, Env: []string{"A=b"}, Workspace: sandbox.Workspace{Path: "/w", Source: "/w",
+			Overlay: &sandbox.Overlay{Upper: "/r/upper", Work: "/r/work"}}, Limits: sandbox.Limits{Pids: 5}},
+			User: testUser, TTY: true, TTYRows: 24, TTYCols: 80, Etc: []etcEntry{{Name: "hosts", Kind: "generated", Content: "x"}},
+			LandlockABI: 6, HostSources: true},
+		&hostSourcesMsg{Count: 3},
+		&socketsMsg{Roles: []socketRole{roleTransparent, roleProxy, roleDNSTCP, roleDNSUDP}},
+		&terminalMsg{},
+		&failedMsg{Step: stepOverlay, Error: "create overlay: invalid argument", NoOverlay: true},
+		&execFailedMsg{Error: "executable file not found", NotFound: true},
+		&startedMsg{Warnings: []string{"no Landlock"}},
+		&exitedMsg{Code: 137},
+	} {
+		b, err := encodeMsg(m)
+		if err != nil {
+			t.Fatalf("%s: %v", m.kind(), err)
+		}
+		got, err := decodeMsg(b)
+		if err != nil {
+			t.Fatalf("%s: decoding %s: %v", m.kind(), b, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("%s: round trip gave %#v, want %#v", m.kind(), got, m)
+		}
+	}
+}
+
+// TestMalformedMessagesRefused: what is not exactly a message of a known kind is refused, never
+// guessed at.
+func TestMalformedMessagesRefused(t *testing.T) {
+	for _, tc := range []struct{ name, wire, want string }{
+		{"not JSON", `{"kind":`, "malformed message"},
+		{"no kind", `{"body":{}}`, "unknown kind"},
+		{"unknown kind", `{"kind":"shell","body":{}}`, "unknown kind"},
+		{"unknown envelope field", `{"kind":"started","body":{},"extra":1}`, "unknown field"},
+		{"no body", `{"kind":"started"}`, "no body"},
+		{"unknown body field", `{"kind":"exited","body":{"code":0,"signal":9}}`, "unknown field"},
+		{"wrong body type", `{"kind":"exited","body":{"code":"0"}}`, "malformed exited"},
+		{"trailing data", `{"kind":"started","body":{}} {"kind":"started","body":{}}`, "trailing"},
+		{"exit code out of range", `{"kind":"exited","body":{"code":300}}`, "exit code"},
+		{"failure without step", `{"kind":"failed","body":{"error":"x"}}`, "step"},
+		{"exec failure without error", `{"kind":"exec-failed","body":{"notFound":true}}`, "error"},
+		{"unknown socket role", `{"kind":"sockets","body":{"roles":["ssh"]}}`, "role"},
+		{"no sockets", `{"kind":"sockets","body":{"roles":[]}}`, "0 sockets"},
+		{"too many host paths", `{"kind":"host-sources","body":{"count":1000}}`, "host paths"},
+		{"config without command", `{"kind":"config","body":{"spec":{}}}`, "no command"},
+	} {
+		_, err := decodeMsg([]byte(tc.wire))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: decodeMsg(%s) = %v, want an error about %q", tc.name, tc.wire, err, tc.want)
+		}
+	}
+}
+
+// TestMessagesOverSocket: over a real status socket, descriptors travel with the message that
+// names them, and a message whose descriptors are not the number it says is refused, its
+// descriptors closed rather than kept.
+func TestMessagesOverSocket(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+	defer a.Close()
+	defer b.Close()
+	r := newReceiver(int(b.Fd()), maxSockets)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+
+	if err := sendMsg(int(a.Fd()), &terminalMsg{}, devnull); err != nil {
+		t.Fatal(err)
+	}
+	m, files, err := r.recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.(*terminalMsg); !ok || len(files) != 1 {
+		t.Fatalf("got %T with %d descriptors, want the terminal with one", m, len(files))
+	}
+	var st1, st2 unix.Stat_t
+	if unix.Fstat(int(files[0].Fd()), &st1) != nil || unix.Fstat(int(devnull.Fd()), &st2) != nil || st1.Ino != st2.Ino || st1.Rdev != st2.Rdev {
+		t.Error("the descriptor received is not the one sent")
+	}
+	closeAll(files)
+
+	if err := sendMsg(int(a.Fd()), &startedMsg{}, devnull); err == nil {
+		t.Error("sendMsg sent a started message with a descriptor")
+	}
+	// Forged on the wire: a terminal message without its descriptor, and a started message with one.
+	forge := func(m message, files ...*os.File) {
+		t.Helper()
+		wire, err := encodeMsg(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var oob []byte
+		for _, f := range files {
+			oob = append(oob, unix.UnixRights(int(f.Fd()))...)
+		}
+		if err := unix.Sendmsg(int(a.Fd()), wire, oob, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(&terminalMsg{})
+	if m, files, err := r.recv(); err == nil || !strings.Contains(err.Error(), "descriptors") {
+		t.Errorf("a terminal message without its descriptor: got %T, %d files, %v", m, len(files), err)
+	}
+	before := openFDs(t)
+	forge(&startedMsg{}, devnull)
+	if m, files, err := r.recv(); err == nil || !strings.Contains(err.Error(), "descriptors") {
+		t.Errorf("a started message with a descriptor: got %T, %d files, %v", m, len(files), err)
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("the refused message's descriptor was kept: %d open before, %d after", before, after)
+	}
+	a.Close()
+	if _, _, err := r.recv(); err != errChannelClosed {
+		t.Errorf("after the peer closed: %v, want errChannelClosed", err)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestListenersFromFilesRefusesIncomplete: a set of sockets the gateway could not serve (no DNS) is
+// refused, and the sockets it had are closed.
+func TestListenersFromFilesRefusesIncomplete(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := openFDs(t)
+	if _, err := listenersFromFiles([]*os.File{os.NewFile(uintptr(fd), "transparent")}, []socketRole{roleTransparent}); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Errorf("a transparent socket alone: %v, want incomplete", err)
+	}
+	if after := openFDs(t); after != before-1 {
+		t.Errorf("%d descriptors open after the refusal, want %d (the socket closed)", after, before-1)
+	}
+}

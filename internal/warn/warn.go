@@ -1,0 +1,20 @@
+// Package warn is the one convention by which cordon's packages hand a warning up to whoever runs
+// them: something the user should know that does not stop the run (a layer this host cannot
+// provide, a mount shown with its host owners). Packages never print; the caller (package cordon)
+// turns each warning into a value for its own caller. Refusals for the user's terminal are not
+// warnings: they go through the gateway's notifier.
+package warn
+
+import "fmt"
+
+// Func receives one warning: a single line, without a "cordon:" prefix or a trailing newline. It
+// may be called from any goroutine and must not block. A nil Func drops warnings.
+type Func func(line string)
+
+// Printf formats one warning and hands it to f; on a nil f it does nothing, so a package need not
+// check whether its caller wants warnings.
+func (f Func) Printf(format string, args ...any) {
+	if f != nil {
+		f(fmt.Sprintf(format, args...))
+	}
+}

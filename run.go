@@ -1,0 +1,419 @@
+package cordon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/cleanup"
+	"github.com/cordon-sandbox/cordon/internal/console"
+	"github.com/cordon-sandbox/cordon/internal/creds"
+	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/presets"
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
+)
+
+// exitSetupFailed is the exit code recorded for a run that cordon itself ended (its gateway could
+// not serve, its terminal could not be relayed, waiting for it failed), as docker and podman use 125
+// for their own failures.
+const exitSetupFailed = 125
+
+// NetworkSummary is what the gateway decided over a run: connections and DNS answers allowed and
+// refused, bytes each way, credentials injected. Its String is one line.
+type NetworkSummary = audit.Summary
+
+// Exit is how a run ended.
+type Exit struct {
+	// Code is the command's exit code, or 128+signal when a signal ended it.
+	Code int
+	// Signal is the signal that ended the command, if one did.
+	Signal os.Signal
+	// TimedOut says that limits.timeout ended the run.
+	TimedOut bool
+	// Network summarises the gateway's decisions; nil when the policy has no network section.
+	Network *NetworkSummary
+	// Changed is how many paths the command changed in the workspace (see FinishedRun.Changes).
+	Changed int
+}
+
+// Run is a command running in its box. Its methods are safe for concurrent use.
+type Run struct {
+	id        string
+	store     Store
+	b         *builder
+	rec       *runstate.Run
+	sb        sandbox.Sandbox
+	streams   *console.Streams
+	gw        *gateway.Gateway
+	creds     *creds.Set
+	synced    chan error
+	copied    error
+	closeNull func()
+	timeout   time.Duration
+
+	// over is set once the box has ended: Signal and Kill then do nothing.
+	over atomic.Bool
+	// mu serialises Wait: the first finishes the run, later ones return what it did.
+	mu     sync.Mutex
+	waited bool
+	exit   Exit
+	err    error
+}
+
+// builder is what assembling one run needs of its caller: the environment, the streams credential
+// commands talk on, the state directory, and where warnings go.
+type builder struct {
+	env           []string
+	home          string
+	stdin, stderr *os.File
+	store         runstate.Store
+	warn          *warnings
+}
+
+// Start assembles a run and starts its command: it reads the credentials the policy names (running
+// their commands and minting their tokens on the caller's side), prepares the workspace (masking
+// secret-shaped files), the gateway and the box, and returns once the command runs inside the
+// finished boundary. If any step fails, everything done so far is undone (a minted token revoked, the
+// run's directory removed) and nothing of the command runs: an *ExecError says the command could not
+// be executed, a *SetupError that the box could not be built.
+//
+// ctx bounds the start: cancelling it (the cordon command does on SIGINT and SIGTERM) stops the start
+// wherever it is and undoes it. Once Start has returned, ctx no longer matters: Run.Wait's does.
+func Start(ctx context.Context, cfg Config) (*Run, error) {
+	r, err := start(ctx, cfg)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// A step the ended context stopped (a credential's command killed, say) says so in its own
+		// words; the caller asks errors.Is(err, context.Canceled).
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return r, err
+}
+
+func start(ctx context.Context, cfg Config) (*Run, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("no command given")
+	}
+	if err := cfg.Isolation.check(); err != nil {
+		return nil, err
+	}
+	backend := newBackend(cfg.Isolation)
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	stdin, stdout, stderr, closeNull, err := cfg.Streams.orNull()
+	if err != nil {
+		return nil, err
+	}
+	// Every step below that acquires something pushes its undo; any return before the command runs
+	// undoes them all, last first.
+	c := cleanup.Make(closeNull)
+	defer c.Clean()
+	b := &builder{env: env, home: getenv(env, "HOME"), stdin: stdin, stderr: stderr, warn: newWarnings(cfg.OnWarning)}
+	b.store = Store{Dir: cfg.StateDir}.storeFor(env)
+	store := Store{Dir: b.store.Root}
+	project, err := ResolveWorkspace(cfg.Workspace, b.home)
+	if err != nil {
+		return nil, err
+	}
+	pol := cfg.Policy
+	if pol == nil {
+		pol = policy.Default()
+	}
+	if pol.Source != policy.BuiltinSource && pol.Source != "" {
+		// Nothing inside the agent's reach is ever read as configuration (the cordon command checks
+		// this before reading the file too).
+		if err := policy.CheckOutside(pol.Source, append([]string{project}, pol.Filesystem.ReadWrite...)); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
+	// streams; what they mint is revoked on every way out.
+	credSet, err := b.prepareCredentials(ctx, pol)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { b.closeCredentials(credSet) })
+	streams, err := console.Attach(stdin, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(streams.Close)
+	// Launch the box now: its start-up overlaps with preparing the run below. Until Start sends it
+	// the spec it does nothing but wait.
+	var egress *sandbox.EgressPorts
+	if pol.Network != nil {
+		// The box sets up the gateway's sockets and rules while the run is prepared.
+		p := gateway.Ports()
+		egress = &p
+	}
+	launched, err := backend.Launch(ctx, &sandbox.LaunchSpec{
+		User: identity(env), Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr,
+		TTY: streams.TTY, TTYRows: streams.Rows, TTYCols: streams.Cols, Egress: egress, Warn: b.warn.degraded,
+	})
+	if err != nil {
+		return nil, &SetupError{Err: err}
+	}
+	c.Add(launched.Abort)
+	rec, err := b.createRun(runstate.Meta{Project: project, Command: cfg.Command})
+	if err != nil {
+		return nil, fmt.Errorf("creating the run's state: %w", err)
+	}
+	c.Add(func() { b.dropRun(rec) })
+	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env))
+	if err != nil {
+		return nil, err
+	}
+	spec.RunName = "cordon-" + rec.Meta.ID
+	var gw *gateway.Gateway
+	if pol.Network != nil {
+		// The gateway is prepared (policy matched, presets read, audit log open) before anything
+		// runs; the box creates its sockets and rules before the command exists. If either fails,
+		// the command does not start.
+		gcfg := gateway.Config{
+			Network: pol.Network, Presets: presets.Source{Env: env},
+			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
+			Notify: b.warn.blocked,
+		}
+		if credSet != nil {
+			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
+			spec.Env = append(spec.Env, credSet.Env()...)
+		}
+		if gw, err = gateway.New(gcfg); err != nil {
+			return nil, err
+		}
+		c.Add(func() { gw.Close() })
+		spec.ResolvConf = gateway.ResolvConf()
+		spec.Env = append(spec.Env, gw.Env()...)
+		spec.TrustCA = gw.TrustCA()
+	}
+	// The run's record is made durable while the box starts, not before (see CreateLazy).
+	synced := make(chan error, 1)
+	go func() { synced <- rec.Sync() }()
+	c.Add(func() { <-synced })
+
+	sb, err := launched.Start(ctx, spec)
+	var copied error
+	var se *sandbox.SetupError
+	if errors.Is(err, sandbox.ErrNoOverlay) && errors.As(err, &se) {
+		// This host cannot mount overlayfs in a user namespace: learn it by trying, then use a copy.
+		copied = se.Err
+		if spec.Workspace, err = workspace.FallbackToCopy(rec, se.Err); err == nil {
+			b.notice(rec)
+			sb, err = launched.Retry(ctx, spec)
+		}
+	}
+	streams.Started()
+	if err != nil {
+		return nil, boxError(err, spec.Env)
+	}
+	// The command runs: from here the Run owns everything, and Wait releases it in its own order.
+	c.Release()
+	r := &Run{
+		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
+		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
+	}
+	if gw != nil {
+		ls, err := sb.EgressListeners()
+		if err == nil {
+			err = gw.Serve(ls)
+		}
+		if err != nil {
+			// Fail closed: without its gateway the box has no business running.
+			r.stop()
+			return nil, fmt.Errorf("%w; the sandbox was stopped", err)
+		}
+	}
+	if streams.TTY {
+		if err := streams.RelayTerminal(sb.Terminal()); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// ID is the run's id, by which OpenRun finds it and the cordon command names it.
+func (r *Run) ID() string { return r.id }
+
+// Timeout is the policy's limits.timeout for the run (0: none), after which the box is stopped and
+// Exit.TimedOut set.
+func (r *Run) Timeout() time.Duration { return r.timeout }
+
+// WorkspaceFallback says why the workspace is a copy of the project rather than a copy-on-write
+// overlay (the host could not mount overlayfs in a user namespace); nil when it is an overlay.
+func (r *Run) WorkspaceFallback() error { return r.copied }
+
+// Warnings returns the warnings of the run so far, the ones of its start included.
+func (r *Run) Warnings() []Warning { return r.b.warn.all() }
+
+// Events reads the run's audit log as written so far (repeats the log is still folding appear once
+// the run has ended); a run without network has none.
+func (r *Run) Events() ([]Event, error) { return readEvents(r.rec.Dir) }
+
+// Signal forwards sig to the command. After the run has ended it does nothing.
+func (r *Run) Signal(sig os.Signal) error {
+	if r.over.Load() {
+		return nil
+	}
+	return r.sb.Signal(sig)
+}
+
+// Kill ends every process of the run's box at once; Wait then reports the end.
+func (r *Run) Kill() error {
+	if r.over.Load() {
+		return nil
+	}
+	return r.sb.Kill()
+}
+
+// Wait waits for the command to end and then finishes the run: the streams drained, the gateway
+// closed (its summary in Exit.Network), the run's record written, its workspace released, what its
+// credentials minted revoked. After it returns, nothing of the run is left running. If ctx ends
+// first, the box is killed and the run finished all the same; the error is then ctx's. A second Wait
+// returns what the first did.
+func (r *Run) Wait(ctx context.Context) (Exit, error) {
+	return r.wait(ctx, 0)
+}
+
+// stop kills a box whose start could not be completed and finishes the run with exitSetupFailed:
+// the command ran, so the run is kept for review.
+func (r *Run) stop() {
+	r.sb.Kill()
+	r.wait(context.Background(), exitSetupFailed)
+}
+
+// wait is Wait; a non-zero code overrides the command's in the run's record.
+func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waited {
+		return r.exit, r.err
+	}
+	r.waited = true
+	st, err := r.sb.Wait(ctx)
+	r.over.Store(true)
+	r.streams.Close()
+	r.exit = Exit{Code: st.Code, Signal: st.Signal, TimedOut: st.TimedOut}
+	if err != nil && ctx.Err() == nil {
+		err = fmt.Errorf("waiting for the sandbox: %w", err)
+		r.exit.Code = exitSetupFailed
+	}
+	r.err = err
+	if code != 0 {
+		r.exit.Code = code
+	}
+	if err := <-r.synced; err != nil {
+		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
+	}
+	if r.gw != nil {
+		sum, err := r.gw.Close()
+		if err != nil {
+			r.b.warn.degraded(fmt.Sprintf("gateway: %v", err))
+		}
+		r.exit.Network = &sum
+	}
+	r.exit.Changed = r.finish(r.exit.Code)
+	r.b.closeCredentials(r.creds)
+	r.closeNull()
+	return r.exit, r.err
+}
+
+// finish records how the run ended and releases its workspace, returning how many paths the
+// command changed.
+func (r *Run) finish(code int) int {
+	if err := r.rec.Finish(code); err != nil {
+		r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
+	}
+	if err := workspace.Release(r.rec); err != nil {
+		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
+	}
+	changes, err := workspace.Changes(r.rec)
+	if err != nil {
+		r.b.warn.degraded(fmt.Sprintf("reading the run's changes: %v", err))
+		return 0
+	}
+	return len(changes)
+}
+
+// Close ends the run if it is still going (the box killed) and finishes it as Wait does. It is
+// safe to call after Wait, and more than once.
+func (r *Run) Close() error {
+	r.Kill()
+	_, err := r.wait(context.Background(), 0)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// Finished opens the run's record and changes for review (see FinishedRun).
+func (r *Run) Finished() (*FinishedRun, error) { return r.store.Open(r.id) }
+
+// orNull returns the streams with the null device for each one not given, and how to close what it
+// opened.
+func (s Streams) orNull() (stdin, stdout, stderr *os.File, closeNull func(), err error) {
+	stdin, stdout, stderr = s.Stdin, s.Stdout, s.Stderr
+	if stdin != nil && stdout != nil && stderr != nil {
+		return stdin, stdout, stderr, func() {}, nil
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	for _, f := range []**os.File{&stdin, &stdout, &stderr} {
+		if *f == nil {
+			*f = null
+		}
+	}
+	return stdin, stdout, stderr, func() { null.Close() }, nil
+}
+
+// warnings collects a run's warnings and hands each to the caller's callback as it happens.
+type warnings struct {
+	on   func(Warning)
+	mu   sync.Mutex
+	list []Warning
+}
+
+// maxWarnings bounds what a run keeps: the gateway reports each refused host once, and an agent
+// can try many.
+const maxWarnings = 1000
+
+func newWarnings(on func(Warning)) *warnings { return &warnings{on: on} }
+
+func (w *warnings) add(kind WarningKind, msg string) {
+	wn := Warning{Kind: kind, Message: msg}
+	w.mu.Lock()
+	if len(w.list) < maxWarnings {
+		w.list = append(w.list, wn)
+	}
+	w.mu.Unlock()
+	if w.on != nil {
+		w.on(wn)
+	}
+}
+
+func (w *warnings) degraded(msg string) { w.add(WarningDegraded, msg) }
+func (w *warnings) notice(msg string)   { w.add(WarningNotice, msg) }
+func (w *warnings) blocked(msg string)  { w.add(WarningBlocked, msg) }
+
+func (w *warnings) all() []Warning {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.list)
+}
