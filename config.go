@@ -13,6 +13,9 @@ type Config struct {
 	// Workspace is the project directory the command works on. It must be a directory that is not
 	// a system directory and does not contain the caller's home. Empty means the current directory.
 	Workspace string
+	// Name is a name for the run, shown beside its id by cordon runs: up to 64 letters, digits,
+	// '.', '_' and '-', starting with a letter or digit. Empty means none.
+	Name string
 	// Command is the command and its arguments, looked up in the PATH of the sandbox's environment.
 	Command []string
 	// Env is the caller's environment (KEY=VALUE) from which the policy's env.pass takes variables
@@ -30,6 +33,26 @@ type Config struct {
 	// OnWarning, when set, receives each warning as it happens, from any goroutine; it must not
 	// block. Run.Warnings returns them too.
 	OnWarning func(Warning)
+}
+
+// CheckName refuses a run name (Config.Name) that would not read as one word in a listing; Start
+// checks it too.
+func CheckName(name string) error {
+	if name == "" {
+		return nil
+	}
+	ok := len(name) <= 64 && isNameChar(name[0]) && name[0] != '.' && name[0] != '_' && name[0] != '-'
+	for i := 0; ok && i < len(name); i++ {
+		ok = isNameChar(name[i])
+	}
+	if !ok {
+		return fmt.Errorf("run name %q: expected up to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func isNameChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Streams are a run's standard streams. A terminal on Stdin gets the command its own

@@ -116,8 +116,9 @@ func (b *builder) closeCredentials(set *creds.Set) {
 // secretMasks scans the project for secret-shaped files and returns them as masks (absolute paths),
 // after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
 // exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers clean files in
-// cordon's state (which the sandbox never sees), so a large project costs a full read only once.
-func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Secrets) ([]string, error) {
+// cordon's state (which the sandbox never sees), so a large project costs a full read only once. The
+// full list of findings goes to the run's directory (runDir), which the line names when it cannot.
+func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Secrets, runDir string) ([]string, error) {
 	if sec.NoScan {
 		return nil, nil
 	}
@@ -141,23 +142,25 @@ func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Se
 	// A file git keeps as it is (its content in .git, readable there by `git show`) is not masked:
 	// hiding it protects nothing, and an agent committing would commit it emptied.
 	tracked := b.trackedUnchanged(project, scan.Paths(findings), cachePath+".tracked")
+	var kept []scan.Finding
 	if len(tracked) > 0 {
-		var kept []scan.Finding
 		findings = slices.DeleteFunc(findings, func(f scan.Finding) bool {
 			if tracked[f.Path] {
 				kept = append(kept, f)
 			}
 			return tracked[f.Path]
 		})
-		paths := scan.Paths(kept)
+	}
+	listed := b.writeSecretListing(runDir, findings, kept)
+	if paths := scan.Paths(kept); len(paths) > 0 {
 		b.warn.notice(fmt.Sprintf("not masked: %d secret-shaped %s that git keeps unchanged (.git holds %s content, readable there anyway): %s; if a secret is real, rotate it",
-			len(paths), plural(len(paths), "file", "files"), plural(len(paths), "its", "their"), strings.Join(paths[:min(3, len(paths))], ", ")+more(len(paths), 3)))
+			len(paths), plural(len(paths), "file", "files"), plural(len(paths), "its", "their"), strings.Join(paths[:min(3, len(paths))], ", ")+more(len(paths), 3, listed)))
 	}
 	paths := scan.Paths(findings)
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	b.warn.notice(scan.Summary(findings, "filesystem.secrets.allow in the policy"))
+	b.warn.notice(scan.Summary(findings, "filesystem.secrets.allow in the policy", listed))
 	var masks []string
 	for _, p := range paths {
 		if t, ok := maskTarget(project, filepath.Join(project, filepath.FromSlash(p))); ok {
@@ -194,12 +197,43 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// more is " and N more" when n items were named only up to shown.
-func more(n, shown int) string {
-	if n > shown {
-		return fmt.Sprintf(" and %d more", n-shown)
+// more is " and N more" when n items were named only up to shown, and where all of them are listed.
+func more(n, shown int, listed string) string {
+	if n <= shown {
+		return ""
 	}
-	return ""
+	if listed != "" {
+		return fmt.Sprintf(" and %d more, all in %s", n-shown, listed)
+	}
+	return fmt.Sprintf(" and %d more", n-shown)
+}
+
+// secretListingName is the file in a run's directory that lists every finding of the secret scan: the
+// one line printed at the start names only the first few.
+const secretListingName = "masked-secrets.txt"
+
+// writeSecretListing records every finding of the scan, masked and kept, in the run's directory and
+// returns its path, or "" when there was nothing to list or it could not be written (the line then
+// counts what it does not name, as before).
+func (b *builder) writeSecretListing(runDir string, masked, kept []scan.Finding) string {
+	if runDir == "" || len(masked)+len(kept) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if len(masked) > 0 {
+		buf.WriteString("# masked: hidden from the agent\n")
+		buf.Write(scan.Listing(masked))
+	}
+	if len(kept) > 0 {
+		buf.WriteString("# not masked: git keeps these unchanged\n")
+		buf.Write(scan.Listing(kept))
+	}
+	path := filepath.Join(runDir, secretListingName)
+	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+		b.warn.degraded(fmt.Sprintf("listing the masked files: %v", err))
+		return ""
+	}
+	return path
 }
 
 // scanCachePath is where the secret scan's cache for project lives: in cordon's state, one file per

@@ -33,7 +33,8 @@ func (s Store) storeFor(env []string) runstate.Store {
 // OpenRun opens a run of the caller's default store by its id (or a unique prefix of one).
 func OpenRun(id string) (*FinishedRun, error) { return Store{}.Open(id) }
 
-// Open opens a run by its id or a unique prefix of one.
+// Open opens a run by its id or a unique prefix of one, of whichever project. Find is the way to
+// resolve what a user typed.
 func (s Store) Open(id string) (*FinishedRun, error) {
 	r, err := s.store().Get(id)
 	if err != nil {
@@ -42,7 +43,7 @@ func (s Store) Open(id string) (*FinishedRun, error) {
 	return &FinishedRun{r: r}, nil
 }
 
-// Last opens the most recently started run.
+// Last opens the most recently started run, of whichever project.
 func (s Store) Last() (*FinishedRun, error) {
 	runs, err := s.List()
 	if err != nil {
@@ -57,9 +58,45 @@ func (s Store) Last() (*FinishedRun, error) {
 // ErrNoRuns: the store holds no run.
 var ErrNoRuns = errors.New("no runs yet")
 
+// ErrOtherProject is wrapped by Find when "last" or an id prefix names no run of the project but
+// one of another project: only a full id reaches a run of another project.
+var ErrOtherProject = runstate.ErrOtherProject
+
+// ProjectOf returns the project a directory belongs to, as runs are grouped by: the top level of
+// the git work tree that holds it (the nearest directory with a .git entry, found without running
+// git), else the directory itself; symlinks resolved, as a run records its project.
+func ProjectOf(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("project of %s: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("project of %s: %w", dir, err)
+	}
+	return runstate.ProjectOf(real), nil
+}
+
+// Find resolves a run as a user names it: "last", a full id, or a unique prefix of one. "last" and
+// prefixes resolve among the runs of project (a ProjectOf result; empty: every run), so that a
+// command typed in one project never acts on another's run by accident: naming only a run of
+// another project that way is an error wrapping ErrOtherProject that says which run and project. A
+// full id opens its run whatever the project.
+func (s Store) Find(name, project string) (*FinishedRun, error) {
+	r, err := s.store().Find(name, project)
+	if err != nil {
+		return nil, err
+	}
+	return &FinishedRun{r: r}, nil
+}
+
 // List returns the store's runs, the most recently started first.
-func (s Store) List() ([]*FinishedRun, error) {
-	rs, err := s.store().List()
+func (s Store) List() ([]*FinishedRun, error) { return s.ListProject("") }
+
+// ListProject returns the runs of project (a ProjectOf result; empty: every run), the most recently
+// started first.
+func (s Store) ListProject(project string) ([]*FinishedRun, error) {
+	rs, err := s.store().ListProject(project)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +107,78 @@ func (s Store) List() ([]*FinishedRun, error) {
 	return out, nil
 }
 
-// GC removes applied and discarded runs (exported ones are kept) that ended longer ago than
-// olderThan, returning the ids it removed.
-func (s Store) GC(olderThan time.Duration) ([]string, error) { return s.store().GC(olderThan) }
+// GCOptions choose what Store.GC removes. Without Unapplied it removes only what holds nothing to
+// lose: runs applied or discarded, and finished runs that changed nothing.
+type GCOptions struct {
+	// Project limits GC to the runs of one project (a ProjectOf result); empty means every run.
+	Project string
+	// OlderThan keeps the runs whose state changed less than this long ago.
+	OlderThan time.Duration
+	// Unapplied also removes finished runs whose changes were never applied or discarded (exited,
+	// interrupted, and exported: those were committed on a branch but may still be applied).
+	Unapplied bool
+	// Removing, when set, is told about each run with unapplied changes just before GC removes it,
+	// with the number of paths it changed (-1 when they cannot be read), so the caller can name it.
+	Removing func(info RunInfo, changes int)
+}
+
+// GC removes the runs opts select, each judged under its lock by its state at that moment, and
+// returns what it removed. A running run is never removed, nor one whose record cannot be read.
+func (s Store) GC(opts GCOptions) ([]RunInfo, error) {
+	list, err := s.store().ListProject(opts.Project)
+	if err != nil {
+		return nil, err
+	}
+	cutoff := time.Now().Add(-opts.OlderThan)
+	var removed []RunInfo
+	var errs []error
+	for _, r := range list {
+		ok, err := r.RemoveIf(func(m runstate.Meta) (bool, error) {
+			when := m.StateChanged
+			if when.IsZero() {
+				when = m.Started
+			}
+			if when.After(cutoff) || !gcRemoves(r, m, opts) {
+				return false, nil
+			}
+			// A disk-limited run's image may still be mounted below its directory.
+			return true, workspace.Release(r)
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gc: %w", err))
+		}
+		if ok {
+			removed = append(removed, (&FinishedRun{r: r}).Info())
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// gcRemoves decides for one run, given its current record m, whether GC with opts removes it.
+func gcRemoves(r *runstate.Run, m runstate.Meta, opts GCOptions) bool {
+	switch m.State {
+	case runstate.StateApplied, runstate.StateDiscarded:
+		return true
+	case runstate.StateExited, runstate.StateInterrupted, runstate.StateExported:
+	default: // running, or a state this version does not know
+		return false
+	}
+	n := -1
+	if cs, err := workspace.Changes(r); err == nil {
+		n = len(cs)
+	}
+	if n == 0 {
+		return true // nothing to apply: nothing is lost
+	}
+	if !opts.Unapplied {
+		return false
+	}
+	if opts.Removing != nil {
+		info := (&FinishedRun{r: &runstate.Run{Dir: r.Dir, Meta: m}}).Info()
+		opts.Removing(info, n)
+	}
+	return true
+}
 
 // FinishedRun is a run's record and what its command changed, kept until the caller applies,
 // exports or discards it. (A run still going can be opened too: its changes so far are readable.)
@@ -82,7 +188,9 @@ type FinishedRun struct {
 
 // RunInfo is a run's record.
 type RunInfo struct {
-	ID      string
+	ID string
+	// Name is the name given to the run (Config.Name), if any.
+	Name    string
 	Project string
 	Command []string
 	Started time.Time
@@ -95,7 +203,7 @@ type RunInfo struct {
 // Info returns the run's record as it was when the run was opened.
 func (f *FinishedRun) Info() RunInfo {
 	m := f.r.Meta
-	return RunInfo{ID: m.ID, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
+	return RunInfo{ID: m.ID, Name: m.Name, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
 }
 
 // ID is the run's id.

@@ -106,6 +106,9 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := cfg.Isolation.check(); err != nil {
 		return nil, err
 	}
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, err
+	}
 	backend := newBackend(cfg.Isolation)
 	env := cfg.Env
 	if env == nil {
@@ -169,7 +172,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &SetupError{Err: err}
 	}
 	c.Add(launched.Abort)
-	rec, err := b.createRun(runstate.Meta{Project: project, Command: cfg.Command})
+	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command})
 	if err != nil {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}

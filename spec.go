@@ -91,11 +91,16 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 			spec.Dir = real
 		}
 	}
+	if pol.Sandbox.Workdir != "" {
+		if spec.Dir, err = workdir(project, pol.Sandbox.Workdir); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range pol.Filesystem.ReadOnly {
-		spec.Mounts = append(spec.Mounts, b.mount(p, false, id.Home)...)
+		spec.Mounts = append(spec.Mounts, b.mount(p, pol.Filesystem.Targets[p], false, id.Home)...)
 	}
 	for _, p := range pol.Filesystem.ReadWrite {
-		spec.Mounts = append(spec.Mounts, b.mount(p, true, id.Home)...)
+		spec.Mounts = append(spec.Mounts, b.mount(p, pol.Filesystem.Targets[p], true, id.Home)...)
 	}
 	if err := b.checkMounts(spec.Mounts, project); err != nil {
 		return nil, err
@@ -104,7 +109,7 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 	if spec.Masks, err = denyMasks(project, pol.Filesystem.Deny); err != nil {
 		return nil, err
 	}
-	secrets, err := b.secretMasks(ctx, project, pol.Filesystem.Secrets)
+	secrets, err := b.secretMasks(ctx, project, pol.Filesystem.Secrets, run.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +140,9 @@ func (b *builder) checkMounts(mounts []sandbox.Mount, project string) error {
 		if m.Writable && within(m.Source, project) {
 			return fmt.Errorf("filesystem.readwrite: %s is inside the workspace, whose changes go through review; remove it from the policy", m.Source)
 		}
+		if m.Target != "" && (within(m.Target, project) || within(project, m.Target)) {
+			return fmt.Errorf("filesystem: %s would appear at %s, over the workspace, whose view is the run's own copy", m.Source, m.Target)
+		}
 	}
 	return nil
 }
@@ -144,11 +152,16 @@ func (b *builder) checkMounts(mounts []sandbox.Mount, project string) error {
 // home appears under the sandbox user's home (sandboxHome) as well when the two differ, as they do for
 // a root caller, so that ~/.cargo in the policy is ~/.cargo for the agent too, while absolute paths
 // (a PATH entry, a command named by its path) keep working.
-func (b *builder) mount(p string, writable bool, sandboxHome string) []sandbox.Mount {
+//
+// A target (filesystem.Targets) puts it there instead, and only there.
+func (b *builder) mount(p, target string, writable bool, sandboxHome string) []sandbox.Mount {
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		b.warn.degraded(fmt.Sprintf("filesystem: %s is not mounted: %v", p, err))
 		return nil
+	}
+	if target != "" {
+		return []sandbox.Mount{{Source: real, Target: target, Writable: writable}}
 	}
 	mounts := []sandbox.Mount{{Source: real, Writable: writable}}
 	home := b.home
@@ -158,6 +171,22 @@ func (b *builder) mount(p string, writable bool, sandboxHome string) []sandbox.M
 		}
 	}
 	return mounts
+}
+
+// workdir resolves sandbox.workdir against the workspace: a directory that, links followed, is
+// inside it (the sandbox shows the workspace at its own path, so the host path is the inside one).
+func workdir(project, rel string) (string, error) {
+	real, err := filepath.EvalSymlinks(filepath.Join(project, rel))
+	if err != nil {
+		return "", fmt.Errorf("sandbox.workdir: %w", err)
+	}
+	if !within(real, project) {
+		return "", fmt.Errorf("sandbox.workdir: %s leads to %s, outside the workspace %s", rel, real, project)
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("sandbox.workdir: %s is not a directory", real)
+	}
+	return real, nil
 }
 
 // maskTarget is what hiding the workspace path p takes: p itself when it is a file or directory; for

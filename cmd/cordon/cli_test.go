@@ -38,8 +38,8 @@ func TestExitCodesAndStreams(t *testing.T) {
 			{"relative to the workspace", "", []string{"run", "--policy", pol, "--", "./tools/hello.sh"}, 0, "hello from ./tools/hello.sh\n", ""},
 			{"relative and missing", "", []string{"run", "--policy", pol, "--", "./tools/nope.sh"}, 127, "", `\./tools/nope.sh: command not found inside the sandbox`},
 			{"not executable", "", []string{"run", "--policy", pol, "--", "/etc/hostname"}, 126, "", `cannot be executed inside the sandbox`},
-			{"no command", "", []string{"run", "--policy", pol}, exitUsage, "", `run: no command given`},
-			{"unknown flag", "", []string{"run", "--bogus", "--", "true"}, exitUsage, "", `flag provided but not defined: -bogus`},
+			{"no command", "", []string{"run", "--policy", pol}, exitCordon, "", `run: no command given`},
+			{"unknown flag", "", []string{"run", "--bogus", "--", "true"}, exitCordon, "", `run: unknown flag --bogus`},
 			{"unknown command", "", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
 			{"missing policy", "", []string{"run", "--policy", filepath.Join(h.base, "nope.yaml"), "--", "true"}, exitCordon, "", `nope.yaml`},
 		}

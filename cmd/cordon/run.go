@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -16,7 +15,8 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
-const runUsage = "run [--policy FILE] [--workspace DIR] [--allow HOST[:PORT]]... -- COMMAND [ARG...]"
+// runUsage names the flags a user is most likely to look for; --help lists them all.
+const runUsage = "run [--policy FILE] [--workspace DIR] [--allow HOST[:PORT]] [-e KEY[=VALUE]] [-v HOST[:PATH][:ro]] [OPTIONS] -- COMMAND [ARG...]"
 
 // runSignals are the signals cordon run catches: before the command starts they end the start (and
 // what it prepared is undone: a minted token revoked); while it runs they go to the command, and
@@ -27,21 +27,19 @@ func (a *app) cmdRun(args []string) int {
 	fl := a.flags("run", runUsage)
 	policyFlag := fl.String("policy", "", "policy `file` (must be outside the workspace)")
 	wsFlag := fl.String("workspace", "", "project `directory` the agent works on (default: the current directory)")
-	var allow []policy.Endpoint
-	fl.Func("allow", "allow `HOST[:PORT]` (port 443 if omitted) for this run, in addition to the policy; repeatable", func(v string) error {
-		ep, err := parseAllow(v)
-		if err == nil {
-			allow = append(allow, ep)
-		}
-		return err
-	})
+	var rf runFlags
+	rf.register(fl)
 	if code, ok := a.parse(fl, runUsage, args); !ok {
 		return code
+	}
+	if rf.bad != nil {
+		a.errorf("run: %v", rf.bad)
+		return exitCordon
 	}
 	argv := fl.Args()
 	if len(argv) == 0 {
 		a.errorf("run: no command given (usage: cordon %s)", runUsage)
-		return exitUsage
+		return exitCordon // as for a bad flag: every other status of run is the command's
 	}
 	// From here a signal ends the start cleanly; once the command runs, it is the command's.
 	sigs := make(chan os.Signal, 8)
@@ -63,7 +61,7 @@ func (a *app) cmdRun(args []string) int {
 			}
 		}
 	}()
-	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, allow, argv)
+	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, &rf, argv)
 	close(starting)
 	<-watched
 	if !ok {
@@ -82,7 +80,7 @@ func (a *app) cmdRun(args []string) int {
 }
 
 // startRun loads the policy and starts the run, printing why when it cannot.
-func (a *app) startRun(ctx context.Context, policyPath, wsDir string, allow []policy.Endpoint, argv []string) (*cordon.Run, int, bool) {
+func (a *app) startRun(ctx context.Context, policyPath, wsDir string, rf *runFlags, argv []string) (*cordon.Run, int, bool) {
 	project, err := cordon.ResolveWorkspace(wsDir, a.getenv("HOME"))
 	if err != nil {
 		a.errorf("run: %v", err)
@@ -98,14 +96,12 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, allow []po
 		a.errorf("%v", err)
 		return nil, exitCordon, false
 	}
-	if len(allow) > 0 {
-		if pol.Network == nil {
-			pol.Network = &policy.Network{}
-		}
-		pol.Network.Allow = append(pol.Network.Allow, allow...)
+	if err := rf.apply(pol, a.getenv("HOME"), project); err != nil {
+		a.errorf("run: %v", err)
+		return nil, exitCordon, false
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
-		Policy: pol, Workspace: project, Command: argv, Env: a.env,
+		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env,
 		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
 		StateDir:  a.store().Dir,
 		OnWarning: a.printWarning,
@@ -179,20 +175,10 @@ func (a *app) startError(err error) int {
 	return exitCordon
 }
 
-// parseAllow reads --allow's HOST[:PORT].
+// parseAllow reads --allow's HOST[:PORT]: a host exactly as network.allow takes it, checked by the
+// same rules, so the flag and the file accept and refuse the same hosts with the same words.
 func parseAllow(v string) (policy.Endpoint, error) {
-	host, port := v, uint16(443)
-	if h, p, ok := strings.Cut(v, ":"); ok {
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil || n == 0 {
-			return policy.Endpoint{}, fmt.Errorf("%q: the port must be a number from 1 to 65535", v)
-		}
-		host, port = h, uint16(n)
-	}
-	if host == "" {
-		return policy.Endpoint{}, fmt.Errorf("%q: no host", v)
-	}
-	return policy.Endpoint{Host: strings.ToLower(host), Ports: []uint16{port}}, nil
+	return policy.ParseEndpoint(v)
 }
 
 // enclosingRepo returns the root of a git work tree that project lies strictly inside (a directory

@@ -4,16 +4,17 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
-	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
 // scorecard parses `cordon verify|probe --json` output.
@@ -155,31 +156,6 @@ func TestProbeUnsandboxedFails(t *testing.T) {
 	})
 }
 
-// TestVerifyDistrustsReportedPaths: the report comes from inside, so a path the probe cannot have
-// chosen is a failure and is never touched on the host.
-func TestVerifyDistrustsReportedPaths(t *testing.T) {
-	victim := t.TempDir() + "/precious"
-	if err := os.WriteFile(victim, []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, ev := judgeWrites([]string{victim}, "abc")
-	if st != probe.Fail || !strings.Contains(ev, "cannot have chosen") {
-		t.Fatalf("got %s %s", st, ev)
-	}
-	if _, err := os.Stat(victim); err != nil {
-		t.Fatal("verify removed a host file named by the report")
-	}
-	// Control: a path the probe would choose, present on the host, is an escape (and is removed).
-	planted := t.TempDir() + "/cordon-probe-write-abc"
-	os.WriteFile(planted, nil, 0o600)
-	if st, _ := judgeWrites([]string{planted}, "abc"); st != probe.Fail {
-		t.Fatalf("a write that reached the host passed")
-	}
-	if st, _ := judgeWrites([]string{planted}, "abc"); st != probe.Pass {
-		t.Fatalf("a write that stayed inside failed")
-	}
-}
-
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -191,46 +167,95 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// TestVerifyJudgesPlants: a planted file counts as caught only when it is not in the real project and
-// the workspace guard flags it.
-func TestVerifyJudgesPlants(t *testing.T) {
-	project := t.TempDir()
-	planted := project + "/.envrc"
-	h := hostView{project: project}
-	risks := []workspace.Risk{{Path: ".envrc", Reason: "direnv runs it"}}
-	if st, ev := judgePlant([]string{planted}, h, risks, nil); st != probe.Pass {
-		t.Fatalf("flagged and not in the project: got %s %s", st, ev)
-	}
-	if st, _ := judgePlant([]string{planted}, h, nil, nil); st != probe.Fail {
-		t.Fatal("a plant the guard does not flag passed")
-	}
-	if st, _ := judgePlant([]string{planted}, h, risks, errors.New("no run")); st != probe.Fail {
-		t.Fatal("a plant passed without asking the guard")
-	}
-	if st, _ := judgePlant([]string{"/etc/x"}, h, risks, nil); st != probe.Fail {
-		t.Fatal("a plant outside the project passed")
-	}
-	os.WriteFile(planted, nil, 0o644)
-	if st, ev := judgePlant([]string{planted}, h, risks, nil); st != probe.Fail || !strings.Contains(ev, "real project") {
-		t.Fatalf("a plant that reached the project: got %s %s", st, ev)
-	}
-}
-
-// TestJudgeHeld: the host fails a credential variable that held the real value, passes placeholders,
-// and skips what it cannot know.
-func TestJudgeHeld(t *testing.T) {
-	real := map[string]string{"A": "aaaa", "B": "bbbb"}
+// TestVerifyInterrupted: Ctrl-C (SIGINT) or SIGTERM while the sandbox starts or while the probes
+// run ends verify with 130, and still removes what it planted: the canary in the home, its
+// throwaway project, and its run.
+func TestVerifyInterrupted(t *testing.T) {
 	for _, tc := range []struct {
-		held map[string]string
-		want probe.Status
+		when string
+		sig  syscall.Signal
 	}{
-		{map[string]string{"A": "1111", "B": "2222"}, probe.Pass},
-		{map[string]string{"A": "1111", "B": "bbbb"}, probe.Fail},
-		{map[string]string{"C": "3333"}, probe.Skip},
+		{"starting", syscall.SIGINT},
+		{"probing", syscall.SIGINT},
+		{"probing", syscall.SIGTERM},
 	} {
-		st, ev := judgeHeld(tc.held, real)
-		if st != tc.want || strings.Contains(ev, "bbbb") {
-			t.Errorf("judgeHeld(%v) = %v %q, want %v and no hash in the evidence", tc.held, st, ev, tc.want)
-		}
+		t.Run(tc.when+"/"+tc.sig.String(), func(t *testing.T) {
+			forEachIdentity(t, func(t *testing.T, h *harness) {
+				// An allowed upstream that accepts and never answers: a connection to it means the
+				// probes run, and the probe that made it waits.
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				probing := make(chan struct{}, 1)
+				go func() {
+					for {
+						c, err := l.Accept()
+						if err != nil {
+							return
+						}
+						t.Cleanup(func() { c.Close() })
+						select {
+						case probing <- struct{}{}:
+						default:
+						}
+					}
+				}()
+				pol := fmt.Sprintf("network:\n  allow: [{host: api.test, ports: [%d]}]\n  hosts: {api.test: 127.0.0.1}\n", l.Addr().(*net.TCPAddr).Port)
+				// A credential command that holds the start until the signal: it runs before the
+				// sandbox does, once the canaries are planted.
+				credStarted := filepath.Join(h.base, "cred-started")
+				if tc.when == "starting" {
+					pol += fmt.Sprintf("credentials:\n  - {name: T, from: {command: [sh, -c, 'touch %s; exec sleep 600']}, inject: {host: api.test, header: x-api-key}}\n", credStarted)
+				}
+				// Short: the canary's agent socket lives below it.
+				tmp, err := os.MkdirTemp("", "cv-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(tmp) })
+				os.Chown(tmp, h.who.uid, h.who.gid)
+				cmd := h.command([]string{"TMPDIR=" + tmp}, cordonBin, "verify", "--json", "--policy", h.policy(pol))
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				for ready := false; !ready; {
+					select {
+					case err := <-done:
+						t.Fatalf("verify ended before the signal (%v):\n%s", err, stderr.String())
+					case <-probing:
+						ready = true
+					case <-time.After(10 * time.Millisecond):
+						_, err := os.Stat(credStarted)
+						ready = err == nil
+					}
+				}
+				cmd.Process.Signal(tc.sig)
+				select {
+				case <-done:
+				case <-time.After(60 * time.Second):
+					cmd.Process.Kill()
+					<-done
+					t.Fatal("verify did not end after the signal")
+				}
+				if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted") {
+					t.Errorf("verify after %v: exit %d, want %d and a line saying so:\n%s", tc.sig, code, exitInterrupted, stderr.String())
+				}
+				runs := filepath.Join(h.home, ".local", "state", "cordon", "runs")
+				for _, dir := range []string{tmp, runs} {
+					if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+						t.Errorf("verify left %v in %s", entries, dir)
+					}
+				}
+				if left, _ := filepath.Glob(filepath.Join(h.home, ".cordon-canary-*")); len(left) > 0 {
+					t.Errorf("verify left its canary in the home: %v", left)
+				}
+			})
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -13,16 +14,78 @@ import (
 // The review commands: a run's changes stay in its own directory until the user looks at them and
 // decides.
 
+// runsUsage is cordon runs' synopsis.
+const runsUsage = "runs [--all] [-q] [--json]"
+
+// cmdRuns lists the runs of the current directory's project (every project's with --all): a table,
+// ids only (-q, for scripts: cordon discard $(cordon runs -q)), or one JSON object per run.
 func (a *app) cmdRuns(args []string) int {
-	fl := a.flags("runs", "runs")
-	if code, ok := a.parse(fl, "runs", args); !ok {
+	fl := a.flags("runs", runsUsage)
+	all := fl.Bool("all", false, "list the runs of every project, not only the current directory's")
+	quiet := fl.Bool("q", false, "print only the run ids")
+	asJSON := fl.Bool("json", false, "one JSON object per run")
+	if code, ok := a.parse(fl, runsUsage, args); !ok {
 		return code
 	}
-	runs, err := a.store().List()
+	project := ""
+	if !*all {
+		var ok bool
+		if project, ok = a.project("runs"); !ok {
+			return exitCordon
+		}
+	}
+	runs, err := a.store().ListProject(project)
 	if err != nil {
 		a.errorf("runs: %v", err)
 		return exitCordon
 	}
+	if len(runs) == 0 && project != "" {
+		if every, err := a.store().List(); err == nil && len(every) > 0 {
+			fmt.Fprintf(a.stderr, "cordon: no runs of this project (%s); %d of other projects: cordon runs --all\n", project, len(every))
+		}
+	}
+	switch {
+	case *quiet:
+		for _, r := range runs {
+			fmt.Fprintln(a.stdout, r.ID())
+		}
+	case *asJSON:
+		enc := json.NewEncoder(a.stdout)
+		for _, r := range runs {
+			if err := enc.Encode(runJSON(r)); err != nil {
+				a.errorf("runs: %v", err)
+				return exitCordon
+			}
+		}
+	default:
+		a.printRuns(runs)
+	}
+	return 0
+}
+
+// runRecord is a run as runs --json prints it. Changed is null when the changes cannot be read.
+type runRecord struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name,omitempty"`
+	Project  string    `json:"project"`
+	Command  []string  `json:"command"`
+	Started  time.Time `json:"started"`
+	State    string    `json:"state"`
+	ExitCode int       `json:"exit_code"`
+	Changed  *int      `json:"changed"`
+}
+
+func runJSON(r *cordon.FinishedRun) runRecord {
+	m := r.Info()
+	rec := runRecord{ID: m.ID, Name: m.Name, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
+	if cs, err := r.Changes(); err == nil {
+		n := len(cs)
+		rec.Changed = &n
+	}
+	return rec
+}
+
+func (a *app) printRuns(runs []*cordon.FinishedRun) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPROJECT\tCOMMAND\tSTARTED\tSTATE\tCHANGED")
 	for _, r := range runs {
@@ -35,11 +98,24 @@ func (a *app) cmdRuns(args []string) int {
 		if state == runstate.StateExited {
 			state = fmt.Sprintf("exited(%d)", m.ExitCode)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Project, abbreviate(strings.Join(m.Command, " "), 40),
+		id := m.ID
+		if m.Name != "" {
+			id += " (" + m.Name + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Project, abbreviate(strings.Join(m.Command, " "), 40),
 			m.Started.Local().Format(time.DateTime), state, changed)
 	}
 	tw.Flush()
-	return 0
+}
+
+// project is the project of the current directory, by which "last" and run-id prefixes resolve.
+func (a *app) project(name string) (string, bool) {
+	p, err := cordon.ProjectOf(".")
+	if err != nil {
+		a.errorf("%s: %v", name, err)
+		return "", false
+	}
+	return p, true
 }
 
 func abbreviate(s string, n int) string {
@@ -49,21 +125,19 @@ func abbreviate(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
-// getRun resolves the single RUN argument of a review command.
+// getRun resolves the single RUN argument of a review command: "last" and id prefixes among the
+// runs of the current directory's project, a full id among every run (applying a run of another
+// project takes typing its id).
 func (a *app) getRun(name string, args []string) (*cordon.FinishedRun, bool) {
 	if len(args) != 1 {
 		a.errorf("%s: expected one RUN: an id, a unique prefix of one, or last (see cordon runs)", name)
 		return nil, false
 	}
-	if args[0] == "last" {
-		r, err := a.store().Last()
-		if err != nil {
-			a.errorf("%s: no runs yet", name)
-			return nil, false
-		}
-		return r, true
+	project, ok := a.project(name)
+	if !ok {
+		return nil, false
 	}
-	r, err := a.store().Open(args[0])
+	r, err := a.store().Find(args[0], project)
 	if err != nil {
 		a.errorf("%s: %v", name, err)
 		return nil, false
@@ -155,21 +229,53 @@ func (a *app) cmdDiscard(args []string) int {
 	return 0
 }
 
+// gcUsage is cordon gc's synopsis.
+const gcUsage = "gc [--all] [--unapplied --older-than D]"
+
+// cmdGC removes the runs of the current directory's project (every project's with --all) that hold
+// nothing to lose: applied, discarded, and finished without changes. Runs with changes nobody
+// applied go only when asked for with an age (--unapplied --older-than D), each named as it goes.
 func (a *app) cmdGC(args []string) int {
-	const usage = "gc [--older-than 7d]"
-	fl := a.flags("gc", usage)
-	older := fl.String("older-than", "7d", "remove applied and discarded runs (exported ones are kept) older than this (e.g. 36h, 7d)")
-	if code, ok := a.parse(fl, usage, args); !ok {
+	fl := a.flags("gc", gcUsage)
+	all := fl.Bool("all", false, "the runs of every project, not only the current directory's")
+	unapplied := fl.Bool("unapplied", false, "also remove runs whose changes were never applied or discarded (needs --older-than)")
+	older := fl.String("older-than", "", "only runs whose state changed longer ago than this (e.g. 36h, 7d)")
+	if code, ok := a.parse(fl, gcUsage, args); !ok {
 		return code
 	}
-	d, err := parseAge(*older)
-	if err != nil {
-		a.errorf("gc: --older-than: %v", err)
+	if fl.NArg() != 0 {
+		a.errorf("gc: unexpected argument %q (usage: cordon %s)", fl.Arg(0), gcUsage)
 		return exitUsage
 	}
-	removed, err := a.store().GC(d)
-	for _, id := range removed {
-		fmt.Fprintf(a.stdout, "removed %s\n", id)
+	opts := cordon.GCOptions{Unapplied: *unapplied}
+	if *older != "" {
+		d, err := parseAge(*older)
+		if err != nil {
+			a.errorf("gc: --older-than: %v", err)
+			return exitUsage
+		}
+		opts.OlderThan = d
+	} else if *unapplied {
+		a.errorf("gc: --unapplied throws work away: say how old it must be with --older-than D (e.g. 7d)")
+		return exitUsage
+	}
+	if !*all {
+		var ok bool
+		if opts.Project, ok = a.project("gc"); !ok {
+			return exitCordon
+		}
+	}
+	opts.Removing = func(m cordon.RunInfo, changes int) {
+		n := fmt.Sprint(changes)
+		if changes < 0 {
+			n = "unreadable"
+		}
+		fmt.Fprintf(a.stdout, "removing %s of %s (%s, %s): %s unapplied changes\n", m.ID, m.Project,
+			abbreviate(strings.Join(m.Command, " "), 40), m.State, n)
+	}
+	removed, err := a.store().GC(opts)
+	for _, m := range removed {
+		fmt.Fprintf(a.stdout, "removed %s (%s)\n", m.ID, m.State)
 	}
 	if err != nil {
 		a.errorf("gc: %v", err)

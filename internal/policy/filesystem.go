@@ -15,6 +15,9 @@ type Filesystem struct {
 	// ReadOnly and ReadWrite are absolute host paths (~ already expanded, cleaned) mounted at the same
 	// path inside.
 	ReadOnly, ReadWrite []string
+	// Targets maps a path of ReadOnly or ReadWrite to the absolute path it appears at inside, when
+	// that is not its own (cordon run --volume HOST:PATH; the file has no syntax for it yet).
+	Targets map[string]string
 	// Deny are gitignore-like globs relative to the workspace whose matches are masked; see CompileDeny.
 	Deny []string
 	// Secrets controls the scan for secret-shaped files in the workspace before the agent starts.

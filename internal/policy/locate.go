@@ -91,12 +91,23 @@ func CheckOutside(policyPath string, writable []string) error {
 		for _, h := range hops {
 			for _, dir := range dirs {
 				if within(h, dir) {
-					return fmt.Errorf("policy file %s is inside %s, which the sandbox can write: keep the policy outside the workspace and writable mounts", policyPath, w)
+					return &InsideError{Path: policyPath, Dir: w}
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// InsideError is CheckOutside's refusal: the policy file at Path (as given) lies in, or is reached
+// through, the writable directory Dir. It is a type so that callers can say what the refusal means
+// for them (cordon policy check: that cordon run refuses the file too) without matching its words.
+type InsideError struct {
+	Path, Dir string
+}
+
+func (e *InsideError) Error() string {
+	return fmt.Sprintf("policy file %s is inside %s, which the sandbox can write: keep the policy outside the workspace and writable mounts", e.Path, e.Dir)
 }
 
 // maxLinks bounds symlink resolution, as the kernel does, so a loop is an error rather than a hang.

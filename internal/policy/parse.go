@@ -81,14 +81,14 @@ func decodeYAML(name string, data []byte) (root *yaml.Node, err error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: name, Line: 1, Column: 1, Msg: "empty policy (expected a mapping starting with version: 1)"}
 		}
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
 		return nil, &Error{File: name, Line: next.Line, Column: next.Column, Msg: "only one YAML document is allowed"}
 	case !errors.Is(err, io.EOF):
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, data, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, &Error{File: name, Line: 1, Column: 1, Msg: "empty policy (expected a mapping starting with version: 1)"}
@@ -96,17 +96,82 @@ func decodeYAML(name string, data []byte) (root *yaml.Node, err error) {
 	return doc.Content[0], nil
 }
 
-func syntaxError(name string, err error) error {
-	msg := err.Error()
-	// go-yaml reports syntax errors as "yaml: line N: problem".
-	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-		if num, problem, ok := strings.Cut(rest, ": "); ok {
-			if line, convErr := strconv.Atoi(num); convErr == nil && line > 0 {
-				return &Error{File: name, Line: line, Msg: "invalid YAML: " + problem}
-			}
+// syntaxError turns go-yaml's "yaml: line N: problem" into an *Error on the line at fault.
+func syntaxError(name string, data []byte, err error) error {
+	if line, problem, ok := cutYAMLLine(err.Error()); ok {
+		return &Error{File: name, Line: problemLine(data, line, problem), Msg: "invalid YAML: " + problem}
+	}
+	return &Error{File: name, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+}
+
+// cutYAMLLine splits go-yaml's syntax error message "yaml: line N: problem".
+func cutYAMLLine(msg string) (line int, problem string, ok bool) {
+	rest, ok := strings.CutPrefix(msg, "yaml: line ")
+	if !ok {
+		return 0, "", false
+	}
+	num, problem, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return 0, "", false
+	}
+	line, err := strconv.Atoi(num)
+	if err != nil || line <= 0 {
+		return 0, "", false
+	}
+	return line, problem, true
+}
+
+// maxRescanBytes bounds the YAML problemLine re-parses in all, so that a large malformed file costs
+// no more than a few milliseconds; past it the error keeps go-yaml's line.
+const maxRescanBytes = 4 << 20
+
+// problemLine finds the line a YAML syntax error is on. go-yaml reports a parser error ("did not find
+// expected key", "did not find expected '-' indicator") at the start of the construct it was parsing,
+// counted from 0: an indentation mistake deep in a section is reported on the line above the section,
+// where there is nothing to fix. A document cut after any line is valid YAML up to there, except inside
+// a multi-line flow collection or quoted string, whose cut fails with a problem of its own; so the first
+// line after which the document fails with the same problem is the line at fault. reported is go-yaml's
+// line, at or before it; it is returned when no line qualifies or the budget runs out.
+func problemLine(data []byte, reported int, problem string) int {
+	budget := maxRescanBytes
+	line, end := 0, 0
+	for end < len(data) {
+		next := bytes.IndexByte(data[end:], '\n')
+		if next < 0 {
+			end = len(data)
+		} else {
+			end += next + 1
+		}
+		if line++; line < reported {
+			continue
+		}
+		if budget -= end; budget < 0 {
+			break
+		}
+		if _, p, ok := cutYAMLLine(yamlProblem(data[:end])); ok && p == problem {
+			return line
 		}
 	}
-	return &Error{File: name, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	return reported
+}
+
+// yamlProblem returns go-yaml's error message for the documents in data, or "" when they parse.
+func yamlProblem(data []byte) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			if errors.Is(err, io.EOF) {
+				return ""
+			}
+			return err.Error()
+		}
+	}
 }
 
 // decoder walks a YAML node tree into a Policy, so that every error can name the node's position and

@@ -74,6 +74,7 @@ type docLimits struct {
 type docSandbox struct {
 	AllowNesting bool   `yaml:"allowNesting"`
 	Hostname     string `yaml:"hostname"`
+	Workdir      string `yaml:"workdir,omitempty"`
 }
 
 type docNetwork struct {
@@ -164,7 +165,7 @@ func (p *Policy) doc() docPolicy {
 			CPU:       p.Limits.CPU,
 			OpenFiles: p.Limits.OpenFiles,
 		},
-		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname},
+		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname, Workdir: p.Sandbox.Workdir},
 	}
 	if sec := p.Filesystem.Secrets; sec.NoScan || len(sec.Allow) > 0 {
 		d.Filesystem.Secrets = &docSecrets{Scan: !sec.NoScan, Allow: sec.Allow}

@@ -12,6 +12,10 @@ type Sandbox struct {
 	AllowNesting bool
 	// Hostname is the host name the sandbox sees.
 	Hostname string
+	// Workdir is the directory the command starts in, relative to the workspace (cordon run
+	// --workdir); empty means the directory cordon was started in when that is inside the
+	// workspace, else the workspace.
+	Workdir string
 }
 
 func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
@@ -29,6 +33,16 @@ func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
 				return d.errf(v, p, "%q is not a valid host name (expected letters, digits, - and dots, at most 64 characters)", h)
 			}
 			s.Hostname = h
+			return nil
+		}},
+		field{"workdir", func(v *yaml.Node, p string) error {
+			w, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if s.Workdir, err = CheckWorkdir(w); err != nil {
+				return d.errf(v, p, "%v", err)
+			}
 			return nil
 		}},
 	)

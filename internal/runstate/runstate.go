@@ -53,7 +53,9 @@ var ErrAmbiguous = errors.New("run id prefix is ambiguous")
 // Meta is what cordon records about a run. It is the whole truth about the run's lifecycle; the
 // workspace keeps its own details beside it.
 type Meta struct {
-	ID      string   `json:"id"`
+	ID string `json:"id"`
+	// Name is the caller's name for the run (cordon run --name), if any.
+	Name    string   `json:"name,omitempty"`
 	Project string   `json:"project"`
 	Command []string `json:"command"`
 	// Started is when the run was created; Ended when the agent's command ended (zero while running).
@@ -264,46 +266,25 @@ func (s Store) List() ([]*Run, error) {
 	return out, nil
 }
 
-// GC removes runs that were discarded or applied longer than olderThan ago, and nothing else: a run
-// that was exported, exited without a decision, or was interrupted may still hold work the user wants.
-func (s Store) GC(olderThan time.Duration) (removed []string, err error) {
-	list, err := s.List()
-	if err != nil {
-		return nil, err
-	}
-	cutoff := time.Now().Add(-olderThan)
-	var errs []error
-	for _, r := range list {
-		ok, err := r.gcOne(cutoff)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if ok {
-			removed = append(removed, r.Meta.ID)
-		}
-	}
-	return removed, errors.Join(errs...)
-}
-
-func (r *Run) gcOne(cutoff time.Time) (bool, error) {
+// RemoveIf removes the run, under its lock, when remove says so for its metadata as it is now
+// (read again under the lock, its state resolved), so that a run applied, resumed or removed by
+// another cordon meanwhile is judged by what it is, not by what a listing said. remove may read the
+// run's files; it must not take the run's lock. It returns whether the run was removed.
+func (r *Run) RemoveIf(remove func(Meta) (bool, error)) (bool, error) {
 	var trash string
 	err := r.Update(func(m *Meta) error {
-		if m.State != StateDiscarded && m.State != StateApplied {
-			return errSkip
+		ok, err := remove(*m)
+		if err != nil {
+			return err
 		}
-		when := m.StateChanged
-		if when.IsZero() {
-			when = m.Started
-		}
-		if when.After(cutoff) {
+		if !ok {
 			return errSkip
 		}
 		// Move the directory out of the listing first, so a removal that fails halfway never
 		// leaves something that looks like a broken run.
 		trash = filepath.Join(filepath.Dir(r.Dir), "."+filepath.Base(r.Dir)+".gc")
 		if err := os.Rename(r.Dir, trash); err != nil {
-			return fmt.Errorf("runstate: gc %s: %w", m.ID, err)
+			return fmt.Errorf("runstate: remove run %s: %w", m.ID, err)
 		}
 		return errSkip
 	})
@@ -314,7 +295,7 @@ func (r *Run) gcOne(cutoff time.Time) (bool, error) {
 		return false, nil
 	}
 	if err := RemoveAll(trash); err != nil {
-		return true, fmt.Errorf("runstate: gc %s: %w", r.Meta.ID, err)
+		return true, fmt.Errorf("runstate: remove run %s: %w", r.Meta.ID, err)
 	}
 	return true, nil
 }

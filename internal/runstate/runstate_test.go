@@ -93,6 +93,7 @@ func TestInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	zpid, zstart := zombie(t)
 	for _, tc := range []struct {
 		name  string
 		pid   int
@@ -103,6 +104,8 @@ func TestInterrupted(t *testing.T) {
 		{"dead pid", dead, 12345, StateInterrupted},
 		{"pid reused", pid, start + 1, StateInterrupted},
 		{"no pid", 0, 0, StateInterrupted},
+		// Killed but not reaped: same pid, same start time, and yet it runs nothing.
+		{"zombie", zpid, zstart, StateInterrupted},
 	} {
 		r, err := s.Create(Meta{Project: "/p", PID: tc.pid, PIDStart: tc.start})
 		if err != nil {
@@ -169,7 +172,7 @@ func TestUpdateAtomicAndConcurrent(t *testing.T) {
 	}
 }
 
-func TestGC(t *testing.T) {
+func TestRemoveIf(t *testing.T) {
 	s := Store{Root: t.TempDir()}
 	states := []string{StateDiscarded, StateApplied, StateExported, StateExited, StateInterrupted, StateRunning}
 	byState := map[string]*Run{}
@@ -193,28 +196,37 @@ func TestGC(t *testing.T) {
 		}
 		byState[st] = r
 	}
-	// Nothing is old enough yet.
-	removed, err := s.GC(time.Hour)
-	if err != nil || len(removed) != 0 {
-		t.Fatalf("GC(1h) removed %v, %v; want nothing", removed, err)
-	}
-	removed, err = s.GC(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]bool{byState[StateDiscarded].Meta.ID: true, byState[StateApplied].Meta.ID: true}
-	if len(removed) != 2 || !want[removed[0]] || !want[removed[1]] {
-		t.Fatalf("GC removed %v, want only the discarded and applied runs", removed)
-	}
 	for st, r := range byState {
-		_, err := os.Stat(r.Dir)
-		if gone := errors.Is(err, os.ErrNotExist); gone != (st == StateDiscarded || st == StateApplied) {
-			t.Errorf("%s run: gone=%v", st, gone)
+		// The predicate sees the state as it is now: a run recorded as running whose cordon is
+		// gone is interrupted.
+		want := st
+		if st == StateRunning {
+			want = StateInterrupted
 		}
+		removed, err := r.RemoveIf(func(m Meta) (bool, error) {
+			if m.State != want {
+				t.Errorf("%s run: predicate saw %q", st, m.State)
+			}
+			return st == StateDiscarded || st == StateApplied, nil
+		})
+		if err != nil {
+			t.Fatalf("%s run: %v", st, err)
+		}
+		_, serr := os.Stat(r.Dir)
+		if gone := errors.Is(serr, os.ErrNotExist); gone != removed || removed != (st == StateDiscarded || st == StateApplied) {
+			t.Errorf("%s run: removed=%v gone=%v", st, removed, gone)
+		}
+	}
+	if _, err := byState[StateExited].RemoveIf(func(Meta) (bool, error) { return true, errors.New("boom") }); err == nil {
+		t.Error("RemoveIf hid the predicate's error")
 	}
 	list, _ := s.List()
 	if len(list) != 4 {
-		t.Errorf("after gc %d runs listed, want 4", len(list))
+		t.Errorf("after removal %d runs listed, want 4", len(list))
+	}
+	ents, _ := os.ReadDir(filepath.Join(s.Root, runsDir))
+	if len(ents) != 4 {
+		t.Errorf("runs directory holds %d entries, want 4 (no trash left behind)", len(ents))
 	}
 }
 
@@ -277,5 +289,53 @@ func TestCreateLazyThenSync(t *testing.T) {
 	}
 	if err := r.Sync(); err == nil {
 		t.Fatal("Sync of a removed run succeeded")
+	}
+}
+
+// zombie starts a child that exits at once and is not reaped until the test ends, and returns its
+// pid and start time: the process a killed cordon leaves while its parent has not waited for it.
+func zombie(t *testing.T) (int, uint64) {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		st, err := procStat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.state == 'Z' {
+			return pid, st.start
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not become a zombie (state %c)", pid, st.state)
+		}
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	for _, tc := range []struct {
+		name, in  string
+		state     byte
+		start     uint64
+		wantError bool
+	}{
+		{"running", "12 (sh) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 19 20", 'R', 777, false},
+		{"zombie", "12 (cordon) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 778 0 0", 'Z', 778, false},
+		{"name with ) and spaces", "12 (a ) Z b) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 779 0", 'S', 779, false},
+		{"short", "12 (sh) R 1 2", 0, 0, true},
+		{"no name", "12 sh R", 0, 0, true},
+	} {
+		st, err := parseStat(12, tc.in)
+		if (err != nil) != tc.wantError {
+			t.Errorf("%s: error %v, want error %v", tc.name, err, tc.wantError)
+			continue
+		}
+		if err == nil && (st.state != tc.state || st.start != tc.start) {
+			t.Errorf("%s: got %c %d, want %c %d", tc.name, st.state, st.start, tc.state, tc.start)
+		}
 	}
 }

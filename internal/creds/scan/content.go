@@ -70,7 +70,9 @@ func tokenBacks(anchor byte) []int {
 func matchAnchor(data []byte, at int, c fileClass) (start, end int, kind, preview string) {
 	switch data[at] {
 	case ':':
-		kind, preview = matchURL(data, at, c.gitConfig)
+		if kind, preview = matchURL(data, at); kind == "" {
+			kind, preview = matchOracleThin(data, at)
+		}
 		return at, at + 3, kind, preview
 	case '-':
 		if kind, preview, skip := matchPEM(data, at); kind != "" {

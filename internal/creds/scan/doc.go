@@ -27,15 +27,17 @@
 // Content rules (the first MaxRead bytes of each non-binary file): tokens by their documented prefixes
 // (GitHub, GitLab, Slack, Anthropic, OpenAI, AWS access key IDs and secret keys, Google API keys,
 // Stripe live keys), PEM and PuTTY private keys followed by key material (a lone header in code that
-// generates keys is not a key), GCP service-account and gcloud user credentials in JSON, credentials in
-// git remote URLs in .git/config, and database URLs (postgres, mysql, mongodb, redis, amqp, ...) with a
-// password and a host outside the developer's machine. Local hosts are localhost and *.localhost,
-// loopback and unspecified addresses, *.local (except *.cluster.local, which names a Kubernetes
-// service), host.docker.internal, and bare one-label names such as a docker-compose service ("db");
-// example.com/.net/.org are documentation. Anything else, private addresses included, may be
-// production.
+// generates keys is not a key), GCP service-account and gcloud user credentials in JSON, and
+// connection strings with a literal password for a host other than loopback: user:pass@host after any
+// scheme (database URLs, JDBC URLs, a git remote's token), and a password parameter of a database or
+// JDBC URL (?password=, ;password=). Only loopback (localhost, *.localhost, 127/8, ::1, the
+// unspecified address) and the sandbox's own services (*.cordon.internal) are exempt: a private
+// address, a bare docker-compose name, *.local, host.docker.internal and a documentation domain
+// (prod.example.com in a real .env is a real host renamed) may all be production. Of a URL's
+// password only a plain template is exempt (empty, $VAR, ${VAR}, <password>, {{ .X }}, %(x)s, %s,
+// ***): a short or guessable password ("p", "password", "changeme") is still a password.
 //
-// Not flagged: values that are placeholders (empty, ${VAR}, <...>, xxxx, changeme, ...), tokens that
+// Not flagged: values outside URLs that are placeholders (empty, ${VAR}, <...>, xxxx, changeme, ...), tokens that
 // are documentation examples (containing EXAMPLE, like AKIAIOSFODNN7EXAMPLE, or made of few distinct
 // characters), and JWTs: they are usually short-lived and common in test fixtures.
 //

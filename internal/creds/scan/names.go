@@ -17,8 +17,6 @@ type fileClass struct {
 	// config lists keys whose literal value is a credential in this kind of file, and the kind
 	// reported for one.
 	config *configRule
-	// gitConfig: URLs with credentials are reported whatever their scheme.
-	gitConfig bool
 	// json: the GCP credential rules apply.
 	json bool
 	// binary: the extension says the content is not text; only name rules and magic apply.
@@ -138,7 +136,7 @@ func classify(rel string) fileClass {
 	case base == ".s3cfg":
 		return fileClass{config: s3cfgRule}
 	case rel == ".git/config" || strings.HasSuffix(rel, "/.git/config"):
-		return fileClass{gitConfig: true}
+		return fileClass{} // configuration: read even with Options.ConfigOnly, for remotes' credentials
 	}
 	if d, tmpl := dotenvName(lower); d {
 		return fileClass{dotenv: !tmpl}

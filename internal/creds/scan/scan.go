@@ -179,10 +179,11 @@ func sortFindings(fs []Finding) {
 const summaryPaths = 3
 
 // Summary is the one line that tells the user what was masked and how to share a file anyway, such as
-// `masked 4 secret-shaped files from the agent: .env, config/db.yml, keys/id_rsa and 1 more (allow one
-// with filesystem.allow_secrets in the policy)`; allowHint says where the user allows paths. It is
-// empty when nothing was masked.
-func Summary(findings []Finding, allowHint string) string {
+// `masked 4 secret-shaped files from the agent: .env, config/db.yml, keys/id_rsa and 1 more, all in
+// RUN/masked-secrets.txt (allow one with filesystem.allow_secrets in the policy)`; allowHint says where
+// the user allows paths, and listed, if not empty, where Listing's full account was written (named when
+// the line counts files it does not name). It is empty when nothing was masked.
+func Summary(findings []Finding, allowHint, listed string) string {
 	paths := Paths(findings)
 	if len(paths) == 0 {
 		return ""
@@ -198,9 +199,22 @@ func Summary(findings []Finding, allowHint string) string {
 	s := fmt.Sprintf("masked %d secret-shaped %s from the agent: %s", len(paths), noun, strings.Join(named, ", "))
 	if rest := len(paths) - len(named); rest > 0 {
 		s += fmt.Sprintf(" and %d more", rest)
+		if listed != "" {
+			s += ", all in " + display(listed)
+		}
 	}
 	if allowHint != "" {
 		s += " (allow one with " + allowHint + ")"
 	}
 	return s
+}
+
+// Listing is the full account of findings that Summary abbreviates, one per line as Finding.String
+// renders it (path:line: kind (redacted preview)), for the run's record: it never holds a secret.
+func Listing(findings []Finding) []byte {
+	var b strings.Builder
+	for _, f := range findings {
+		b.WriteString(f.String() + "\n")
+	}
+	return []byte(b.String())
 }

@@ -325,9 +325,29 @@ func TestSummary(t *testing.T) {
 			fs = append(fs, Finding{Path: p, Kind: "k"})
 		}
 		fs = append(fs, Finding{Env: "TOKEN", Kind: "k"}) // variables are not masked files
-		if got := Summary(fs, hint); got != tt.want {
+		if got := Summary(fs, hint, ""); got != tt.want {
 			t.Errorf("Summary(%v) = %q, want %q", tt.paths, got, tt.want)
 		}
+	}
+}
+
+// TestSummaryPointsToTheListing checks that a line naming only some files says where all of them are,
+// and that the listing names every finding without its secret.
+func TestSummaryPointsToTheListing(t *testing.T) {
+	var fs []Finding
+	for _, p := range []string{"a.env", "b.env", "c.env", "d.env", "e.env"} {
+		fs = append(fs, Finding{Path: p, Line: 1, Kind: "database URL to db.corp.io", Preview: "postgres://u:…@db.corp.io"})
+	}
+	want := "masked 5 secret-shaped files from the agent: a.env, b.env, c.env and 2 more, all in /run/x/masked-secrets.txt (allow one with h)"
+	if got := Summary(fs, "h", "/run/x/masked-secrets.txt"); got != want {
+		t.Errorf("Summary = %q, want %q", got, want)
+	}
+	if got := Summary(fs[:3], "h", "/run/x/masked-secrets.txt"); strings.Contains(got, "all in") {
+		t.Errorf("Summary of files it names all points to the listing: %q", got)
+	}
+	got := string(Listing(fs))
+	if n := strings.Count(got, "\n"); n != 5 || !strings.Contains(got, "e.env:1: database URL to db.corp.io (postgres://u:…@db.corp.io)\n") {
+		t.Errorf("Listing = %q, want 5 lines naming e.env", got)
 	}
 }
 
@@ -344,7 +364,7 @@ func TestTerminalSafe(t *testing.T) {
 	if len(found) != 2 {
 		t.Fatalf("findings %v, want 2", found)
 	}
-	lines := Summary(found, "x")
+	lines := Summary(found, "x", "")
 	for _, f := range found {
 		lines += "\n" + f.String()
 	}
