@@ -180,6 +180,26 @@ func gcRemoves(r *runstate.Run, m runstate.Meta, opts GCOptions) bool {
 	return true
 }
 
+// KeepReason says why a finished run stays in its store (Exit.Kept). A run that changed nothing and
+// has none of these reasons is removed as it ends.
+type KeepReason string
+
+// The reasons a run is kept.
+const (
+	// KeptChanges: the command changed paths, to be applied, exported or discarded.
+	KeptChanges KeepReason = "changes"
+	// KeptAsked: Config.Keep (cordon run --keep).
+	KeptAsked KeepReason = "asked"
+	// KeptNetwork: the gateway refused or flagged requests, which the run's audit log records.
+	KeptNetwork KeepReason = "network"
+	// KeptListing: a warning of the run named a file in the run's directory (the full list of the
+	// files the secret scan masked), which must stay there to be read.
+	KeptListing KeepReason = "listing"
+	// KeptFailed: cordon ended the run itself, or could not read or remove it; its record says what
+	// happened.
+	KeptFailed KeepReason = "failed"
+)
+
 // FinishedRun is a run's record and what its command changed, kept until the caller applies,
 // exports or discards it. (A run still going can be opened too: its changes so far are readable.)
 type FinishedRun struct {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,9 @@ type Exit struct {
 	Network *NetworkSummary
 	// Changed is how many paths the command changed in the workspace (see FinishedRun.Changes).
 	Changed int
+	// Kept says why the run is kept in its store for review; it is empty when the run changed nothing
+	// and was removed as it ended (Run.Finished and Run.Events then find nothing).
+	Kept KeepReason
 }
 
 // Run is a command running in its box. Its methods are safe for concurrent use.
@@ -60,6 +65,7 @@ type Run struct {
 	copied    error
 	closeNull func()
 	timeout   time.Duration
+	keep      bool
 
 	// over is set once the box has ended: Signal and Kill then do nothing.
 	over atomic.Bool
@@ -222,13 +228,14 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	streams.Started()
 	if err != nil {
-		return nil, boxError(err, spec.Env)
+		return nil, boxError(err, spec, env)
 	}
 	// The command runs: from here the Run owns everything, and Wait releases it in its own order.
 	c.Release()
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
+		keep: cfg.Keep,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -285,7 +292,8 @@ func (r *Run) Kill() error {
 }
 
 // Wait waits for the command to end and then finishes the run: the streams drained, the gateway
-// closed (its summary in Exit.Network), the run's record written, its workspace released, what its
+// closed (its summary in Exit.Network), the run's record written, its workspace released (and the run
+// removed if it changed nothing and has no other reason to be kept: see Exit.Kept), what its
 // credentials minted revoked. After it returns, nothing of the run is left running. If ctx ends
 // first, the box is killed and the run finished all the same; the error is then ctx's. A second Wait
 // returns what the first did.
@@ -312,9 +320,11 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	r.over.Store(true)
 	r.streams.Close()
 	r.exit = Exit{Code: st.Code, Signal: st.Signal, TimedOut: st.TimedOut}
+	failed := code != 0 // cordon ended the run itself
 	if err != nil && ctx.Err() == nil {
 		err = fmt.Errorf("waiting for the sandbox: %w", err)
 		r.exit.Code = exitSetupFailed
+		failed = true
 	}
 	r.err = err
 	if code != 0 {
@@ -330,15 +340,15 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 		}
 		r.exit.Network = &sum
 	}
-	r.exit.Changed = r.finish(r.exit.Code)
+	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed)
 	r.b.closeCredentials(r.creds)
 	r.closeNull()
 	return r.exit, r.err
 }
 
 // finish records how the run ended and releases its workspace, returning how many paths the
-// command changed.
-func (r *Run) finish(code int) int {
+// command changed and why the run is kept; a run that has no reason to be kept is removed.
+func (r *Run) finish(code int, failed bool) (int, KeepReason) {
 	if err := r.rec.Finish(code); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
 	}
@@ -348,9 +358,63 @@ func (r *Run) finish(code int) int {
 	changes, err := workspace.Changes(r.rec)
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("reading the run's changes: %v", err))
-		return 0
+		return 0, KeptFailed
 	}
-	return len(changes)
+	why := r.keepReason(len(changes), failed)
+	if why != "" {
+		return len(changes), why
+	}
+	// Judged again under the run's lock: nothing else may have touched it meanwhile, but a run is
+	// only ever removed by what its record says now.
+	removed, err := r.rec.RemoveIf(func(m runstate.Meta) (bool, error) { return m.State == runstate.StateExited, nil })
+	if err != nil {
+		r.b.warn.degraded(fmt.Sprintf("removing the unchanged run: %v", err))
+	}
+	if !removed {
+		return 0, KeptFailed
+	}
+	return 0, ""
+}
+
+// keepReason decides whether a finished run that changed `changed` paths stays in the store, and why.
+// A run that changed nothing holds nothing to apply, so it goes (docker's --rm the other way round),
+// unless something the user was shown or may want to look into lives only in it:
+//   - the gateway refused or flagged requests: cordon log is how the user sees what the agent
+//     tried, and a user told "blocked ..." during the run expects to be able to look;
+//   - a line printed during the run points into the run's directory: the start line names the
+//     full list of masked files when it could not name them all. That list stays in the run rather
+//     than in a per-project file because it describes this run (its policy's masks and allowances):
+//     a later run would overwrite a shared one and make the line printed earlier untrue;
+//   - cordon ended the run itself (the sandbox failed): its record is the account of what happened.
+//
+// A run whose gateway only allowed connections goes with its audit log; the cordon command says so.
+func (r *Run) keepReason(changed int, failed bool) KeepReason {
+	n := r.exit.Network
+	switch {
+	case changed > 0:
+		return KeptChanges
+	case r.keep:
+		return KeptAsked
+	case failed:
+		return KeptFailed
+	case n != nil && n.Denied+n.Misuses+n.Echoes > 0:
+		return KeptNetwork
+	case pointsInto(r.b.warn.all(), r.rec.Dir):
+		return KeptListing
+	}
+	return ""
+}
+
+// pointsInto reports whether a warning names a path inside dir, as it is or as a quoted string
+// would show it.
+func pointsInto(ws []Warning, dir string) bool {
+	q := strconv.Quote(dir + "/")
+	for _, w := range ws {
+		if strings.Contains(w.Message, dir+"/") || strings.Contains(w.Message, q[1:len(q)-1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Close ends the run if it is still going (the box killed) and finishes it as Wait does. It is

@@ -55,7 +55,8 @@ func ResolveWorkspace(dir, home string) (string, error) {
 
 // identity is who the command runs as inside: the caller's own uid (never root; a root caller gets
 // uid 1000 inside, which the backend maps to cordon's reserved host range, never to host root) with
-// a private, empty home.
+// a private, empty home. A caller without a name ($USER unset and no passwd entry, as a container's
+// arbitrary uid is) keeps its uid, under the name "cordon".
 func identity(env []string) sandbox.User {
 	u := sandbox.User{UID: os.Getuid(), GID: os.Getgid(), Name: getenv(env, "USER"), Home: getenv(env, "HOME")}
 	if u.Name == "" {
@@ -63,8 +64,11 @@ func identity(env []string) sandbox.User {
 			u.Name = cu.Username
 		}
 	}
-	if u.UID == 0 || u.Name == "" || u.Name == "root" {
+	if u.UID == 0 || u.Name == "root" {
 		u = sandbox.User{UID: 1000, GID: 1000, Name: "cordon", Home: "/home/cordon"}
+	}
+	if u.Name == "" {
+		u.Name = "cordon"
 	}
 	if u.GID == 0 {
 		u.GID = u.UID

@@ -492,7 +492,7 @@ func TestSignalsForwarded(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < 200 && !strings.Contains(out.String(), "ready"); i++ {
+		for i := 0; i < 1500 && !strings.Contains(out.String(), "ready"); i++ { // up to 30 s: a loaded machine starts slowly
 			time.Sleep(20 * time.Millisecond)
 		}
 		cmd.Process.Signal(syscall.SIGTERM)

@@ -122,7 +122,7 @@ import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print("TIOCSTI", libc.ioctl(0, ctypes.c_ulong(0x5412), ctypes.c_char_p(b"x")), ctypes.get_errno())
 '
-i=0; while [ "$(stty size)" = "37 91" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; echo "resized to $(stty size)"`
+i=0; while [ "$(stty size)" = "37 91" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo "resized to $(stty size)"`
 		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c", script)
 		ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 37, Cols: 91})
 		if err != nil {
@@ -132,7 +132,7 @@ i=0; while [ "$(stty size)" = "37 91" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i
 		var out syncBuffer
 		done := make(chan struct{})
 		go func() { io.Copy(&out, ptmx); close(done) }()
-		for i := 0; i < 200 && !strings.Contains(out.String(), "TIOCSTI"); i++ {
+		for i := 0; i < 1500 && !strings.Contains(out.String(), "TIOCSTI"); i++ { // up to 30 s: a loaded machine starts slowly
 			time.Sleep(20 * time.Millisecond)
 		}
 		pty.Setsize(ptmx, &pty.Winsize{Rows: 50, Cols: 120})

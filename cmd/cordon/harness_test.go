@@ -52,22 +52,62 @@ type who struct {
 	uid, gid int
 }
 
-// identities returns root (when the test runs as root) and the unprivileged test user (when it
-// exists), or just the current user.
+// identities is the identities this host can run the tests as (see callers), root first.
 func identities(t *testing.T) []who {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		return []who{{name: "rootless", uid: os.Getuid(), gid: os.Getgid()}}
+	ids, _ := callers(os.Geteuid())
+	return ids
+}
+
+// callers returns root and an unprivileged caller when the test runs as root, or just the
+// current user otherwise. The unprivileged caller is the cordon-test user when the host has it (.ci/run
+// creates it) and otherwise an id that belongs to no account, as a container's arbitrary uid does, so
+// that a fresh machine runs the rootless variants too. Nothing is skipped silently: forEachIdentity
+// reports an identity that cannot run as a skipped subtest. euid is the test's effective uid.
+func callers(euid int) (run []who, skipped map[string]string) {
+	if euid != 0 {
+		return []who{{name: "rootless", uid: os.Getuid(), gid: os.Getgid()}},
+			map[string]string{"root": "not running as root: the root variants need root (CI runs the tests as root)"}
 	}
 	ids := []who{{name: "root", uid: 0, gid: 0}}
 	if u, err := user.Lookup(testUserName); err == nil {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		ids = append(ids, who{name: "rootless", uid: uid, gid: gid})
-	} else {
-		t.Logf("no user %q: rootless variants skipped (.ci/run creates it)", testUserName)
+		return append(ids, who{name: "rootless", uid: uid, gid: gid}), nil
 	}
-	return ids
+	id, err := freeID("/etc/passwd", "/etc/group")
+	if err != nil {
+		return ids, map[string]string{"rootless": fmt.Sprintf("no user %q and no free id: %v", testUserName, err)}
+	}
+	return append(ids, who{name: "rootless", uid: id, gid: id}), nil
+}
+
+// firstFreeID is where freeID starts looking: above the ranges useradd hands out, below nobody.
+const firstFreeID = 60000
+
+// freeID is the first id from firstFreeID up that no line of the given passwd/group-format files
+// names (third field), so that running as it stands for a caller who has no account.
+func freeID(files ...string) (int, error) {
+	used := map[int]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			return 0, fmt.Errorf("reading %s: %w", f, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if fields := strings.Split(line, ":"); len(fields) > 2 {
+				if id, err := strconv.Atoi(fields[2]); err == nil {
+					used[id] = true
+				}
+			}
+		}
+	}
+	for id := firstFreeID; id < 65534; id++ {
+		if !used[id] {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("every id from %d to 65533 is taken", firstFreeID)
 }
 
 // harness is one caller's world: a home with secrets, a project, a policy outside the project.
@@ -206,11 +246,17 @@ func (h *harness) plain(script string, extraEnv ...string) result {
 	return run(h.t, h.command(extraEnv, "sh", "-c", script), "")
 }
 
-// forEachIdentity runs f as a subtest for root and rootless.
+// forEachIdentity runs f as a subtest for root and rootless; an identity this host cannot run is a
+// skipped subtest with the reason, so that the summary counts it.
 func forEachIdentity(t *testing.T, f func(t *testing.T, h *harness)) {
-	for _, w := range identities(t) {
-		w := w
+	ids, skipped := callers(os.Geteuid())
+	for _, w := range ids {
 		t.Run(w.name, func(t *testing.T) { f(t, newHarness(t, w)) })
+	}
+	for _, name := range []string{"root", "rootless"} {
+		if reason, ok := skipped[name]; ok {
+			t.Run(name, func(t *testing.T) { t.Skip(reason) })
+		}
 	}
 }
 

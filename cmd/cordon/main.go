@@ -45,6 +45,7 @@ type app struct {
 	stdin, stdout, stderr *os.File
 	env                   []string
 	uid                   int
+	argv0                 string // as cordon was invoked: the hints it prints name it so
 }
 
 func commands() []command {
@@ -79,7 +80,7 @@ func main() {
 	case len(os.Args) > 0 && os.Args[0] == canary.ProcessArg0:
 		os.Exit(canary.ProcessMain())
 	}
-	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, env: os.Environ(), uid: os.Getuid()}
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, env: os.Environ(), uid: os.Getuid(), argv0: os.Args[0]}
 	os.Exit(a.main(os.Args[1:]))
 }
 

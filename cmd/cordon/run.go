@@ -27,6 +27,7 @@ func (a *app) cmdRun(args []string) int {
 	fl := a.flags("run", runUsage)
 	policyFlag := fl.String("policy", "", "policy `file` (must be outside the workspace)")
 	wsFlag := fl.String("workspace", "", "project `directory` the agent works on (default: the current directory)")
+	keep := fl.Bool("keep", false, "keep the run even if it changes nothing (such a run is removed as it ends)")
 	var rf runFlags
 	rf.register(fl)
 	if code, ok := a.parse(fl, runUsage, args); !ok {
@@ -61,7 +62,7 @@ func (a *app) cmdRun(args []string) int {
 			}
 		}
 	}()
-	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, &rf, argv)
+	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, *keep, &rf, argv)
 	close(starting)
 	<-watched
 	if !ok {
@@ -80,7 +81,7 @@ func (a *app) cmdRun(args []string) int {
 }
 
 // startRun loads the policy and starts the run, printing why when it cannot.
-func (a *app) startRun(ctx context.Context, policyPath, wsDir string, rf *runFlags, argv []string) (*cordon.Run, int, bool) {
+func (a *app) startRun(ctx context.Context, policyPath, wsDir string, keep bool, rf *runFlags, argv []string) (*cordon.Run, int, bool) {
 	project, err := cordon.ResolveWorkspace(wsDir, a.getenv("HOME"))
 	if err != nil {
 		a.errorf("run: %v", err)
@@ -101,7 +102,7 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, rf *runFla
 		return nil, exitCordon, false
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
-		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env,
+		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep,
 		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
 		StateDir:  a.store().Dir,
 		OnWarning: a.printWarning,
@@ -113,7 +114,7 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, rf *runFla
 }
 
 // waitRun forwards signals to the running command, waits for it, and says how the run ended and
-// what it changed.
+// what it changed (printEnd).
 func (a *app) waitRun(run *cordon.Run, sigs <-chan os.Signal) int {
 	forwarded := make(chan struct{})
 	done := make(chan struct{})
@@ -138,14 +139,7 @@ func (a *app) waitRun(run *cordon.Run, sigs <-chan os.Signal) int {
 	} else if exit.TimedOut {
 		a.errorf("run: stopped after %s (limits.timeout)", run.Timeout())
 	}
-	if exit.Network != nil {
-		fmt.Fprintf(a.stderr, "cordon: network: %s (details: cordon log %s)\n", exit.Network, run.ID())
-	}
-	if exit.Changed > 0 {
-		id := run.ID()
-		fmt.Fprintf(a.stderr, "cordon: run %s changed %d path(s); review: cordon diff %s; apply: cordon apply %s; discard: cordon discard %s\n",
-			id, exit.Changed, id, id, id)
-	}
+	a.printEnd(run.ID(), exit)
 	return code
 }
 
@@ -162,10 +156,10 @@ func (a *app) startError(err error) int {
 	var se *cordon.SetupError
 	switch {
 	case errors.As(err, &ee) && ee.NotFound:
-		a.errorf("%v; if it is installed outside /usr, add its directory to filesystem.readonly in the policy", ee)
+		a.errorf("%v%s", ee, execHint(ee))
 		return exitNotFound
 	case errors.As(err, &ee):
-		a.errorf("%v", ee)
+		a.errorf("%v%s", ee, execHint(ee))
 		return exitNotExec
 	case errors.As(err, &se):
 		a.errorf("%v; the command was not started", err)

@@ -15,7 +15,7 @@ import (
 // The workspace tests drive the whole cycle through the real binary: an agent edits inside a real
 // sandbox, the project stays untouched, and the review commands carry (or refuse) the changes.
 
-var runIDRE = regexp.MustCompile(`run (\d{8}-\d{6}-[0-9a-f]{8}) changed`)
+var runIDRE = regexp.MustCompile(`cordon diff (\d{8}-\d{6}-[0-9a-f]{8}) \(`)
 
 // gitProject makes the harness's project a git repository with one commit.
 func gitProject(t *testing.T, h *harness) {
@@ -149,7 +149,7 @@ func TestKilledRunRecoverable(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < 250 && !strings.Contains(out.String(), "ready"); i++ {
+		for i := 0; i < 1500 && !strings.Contains(out.String(), "ready"); i++ { // up to 30 s: a loaded machine starts slowly
 			time.Sleep(20 * time.Millisecond)
 		}
 		cmd.Process.Kill()

@@ -20,7 +20,7 @@ func TestRunnerTurnsCrashesAndHangsIntoFailures(t *testing.T) {
 		{"t.empty", Network, "returns no verdict", func(context.Context, *Env) Verdict { return Verdict{} }},
 		{"t.skip", Processes, "skips", func(context.Context, *Env) Verdict { return skip("no canary") }},
 	}
-	res := Run(context.Background(), probes, &Env{}, Options{Timeout: 200 * time.Millisecond})
+	res := Run(context.Background(), probes, &Env{}, Options{Timeout: time.Second})
 	want := map[string]Status{"t.pass": Pass, "t.panic": Fail, "t.hang": Fail, "t.empty": Fail, "t.skip": Skip}
 	for _, r := range res {
 		if r.Status != want[r.ID] {

@@ -21,10 +21,19 @@ func (e *SetupError) Unwrap() error { return e.Err }
 type ExecError struct {
 	Path     string
 	NotFound bool // command not found (exit 127) rather than found but not executable (126)
-	Err      error
+	// Interpreter, when set, is the script's interpreter (its #! line) that is not found inside:
+	// the command itself is there, and NotFound is about the interpreter.
+	Interpreter string
+	// NoExecBit says the command is a file without execute permission (Err says EACCES either way,
+	// and also for a mount or policy that forbids executing it).
+	NoExecBit bool
+	Err       error
 }
 
 func (e *ExecError) Error() string {
+	if e.Interpreter != "" {
+		return fmt.Sprintf("%s: its interpreter %s is not found inside the sandbox", e.Path, e.Interpreter)
+	}
 	if e.NotFound {
 		return fmt.Sprintf("%s: command not found inside the sandbox", e.Path)
 	}

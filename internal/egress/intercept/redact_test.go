@@ -49,7 +49,9 @@ func echoing(t *testing.T, proceed <-chan struct{}) http.Handler {
 		w.Header().Set("Trailer", "X-Trailer-Echo")
 		io.WriteString(w, "start "+a[:len(a)/2])
 		http.NewResponseController(w).Flush()
-		time.Sleep(10 * time.Millisecond) // well within releaseDelay: the halves are searched together
+		// No pause: the flush sends the halves as two chunks, and a pause could outlast releaseDelay on
+		// a loaded machine (a value split across a pause is the documented residual). The redact
+		// package's fuzz targets split the value across reads deterministically.
 		io.WriteString(w, a[len(a)/2:]+" end")
 		w.Header().Set("X-Trailer-Echo", a)
 	})

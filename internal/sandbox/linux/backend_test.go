@@ -173,8 +173,10 @@ done < /proc/self/mountinfo
 func TestWaitLeavesNothingRunning(t *testing.T) {
 	ws := t.TempDir()
 	marker := fmt.Sprintf("%d.%03d", 5000+os.Getpid()%1000, time.Now().Nanosecond()%1000)
-	// The script is a file, so that only the sleep itself carries the marker in its command line.
-	script := "sleep " + marker + " & sleep 0.3; exit 3\n"
+	// The script is a file, so that only the sleep itself carries the marker in its command line. It
+	// exits once the test has seen the sleep (the file "seen"), however slowly a loaded host shows it.
+	seen := filepath.Join(ws, "seen")
+	script := "sleep " + marker + " & i=0; while [ ! -e " + seen + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 3\n"
 	if err := os.WriteFile(filepath.Join(ws, "run.sh"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +186,14 @@ func TestWaitLeavesNothingRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pid string
-	for deadline := time.Now().Add(5 * time.Second); pid == ""; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); pid == ""; time.Sleep(5 * time.Millisecond) {
 		pid = findSleep(t, marker)
 		if pid == "" && time.Now().After(deadline) {
 			t.Fatalf("the background sleep %s never showed on the host, so this test cannot check it is gone", marker)
 		}
+	}
+	if err := os.WriteFile(seen, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	st, err := sb.Wait(context.Background())
 	if err != nil || st.Code != 3 {

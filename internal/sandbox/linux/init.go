@@ -95,7 +95,7 @@ func InitMain() int {
 		var ee *sandbox.ExecError
 		switch {
 		case errors.As(err, &ee):
-			report(&execFailedMsg{Error: ee.Err.Error(), NotFound: ee.NotFound})
+			report(&execFailedMsg{Error: ee.Err.Error(), NotFound: ee.NotFound, Interpreter: ee.Interpreter, NoExecBit: ee.NoExecBit})
 			if ee.NotFound {
 				return 127
 			}
@@ -201,6 +201,9 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		return 0, nil, err
 	}
 
+	if err := envInterpreter(spec.Args[0], path, spec.Dir, spec.Env); err != nil {
+		return 0, nil, err
+	}
 	// syscall.ForkExec rather than os/exec: init needs none of its plumbing, and os/exec's first
 	// start forks an extra probe process.
 	pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{
@@ -215,7 +218,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		},
 	})
 	if err != nil {
-		return 0, nil, execError(spec.Args[0], err)
+		return 0, nil, execError(spec.Args[0], execPath(path, spec.Dir), err)
 	}
 	return pid, warnings, nil
 }
@@ -341,14 +344,6 @@ func egressSockets(ports sandbox.EgressPorts) error {
 	return sendMsg(statusFD, &socketsMsg{Roles: roles}, files...)
 }
 
-func execError(name string, err error) error {
-	ee := &sandbox.ExecError{Path: name, Err: err}
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		ee.NotFound = true
-	}
-	return ee
-}
-
 // lookPath finds the command with the sandbox's own PATH, inside the new root. A name with a slash
 // is taken as it is, relative to dir (the command's working directory, which it is started in) when
 // it is not absolute: `cordon run -- ./build.sh` runs the workspace's script.
@@ -362,7 +357,7 @@ func lookPath(name, dir string, env []string) (string, error) {
 			at = filepath.Join(dir, name)
 		}
 		if _, err := os.Stat(at); err != nil {
-			return "", execError(name, err)
+			return "", execError(name, at, err)
 		}
 		return name, nil
 	}

@@ -89,6 +89,10 @@ type failedMsg struct {
 type execFailedMsg struct {
 	Error    string `json:"error"`
 	NotFound bool   `json:"notFound,omitempty"`
+	// Interpreter is the script's missing interpreter (sandbox.ExecError.Interpreter).
+	Interpreter string `json:"interpreter,omitempty"`
+	// NoExecBit: a file without execute permission (sandbox.ExecError.NoExecBit).
+	NoExecBit bool `json:"noExecBit,omitempty"`
 }
 
 // startedMsg says the command runs, with one-line notices (a defense-in-depth layer the kernel lacks).

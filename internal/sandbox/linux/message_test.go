@@ -27,6 +27,8 @@ func TestMessagesRoundTrip(t *testing.T) {
 		&terminalMsg{},
 		&failedMsg{Step: stepOverlay, Error: "create overlay: invalid argument", NoOverlay: true},
 		&execFailedMsg{Error: "executable file not found", NotFound: true},
+		&execFailedMsg{Error: "its interpreter python9: executable file not found", NotFound: true, Interpreter: "python9"},
+		&execFailedMsg{Error: "permission denied", NoExecBit: true},
 		&startedMsg{Warnings: []string{"no Landlock"}},
 		&exitedMsg{Code: 137},
 	} {

@@ -95,7 +95,7 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 		return &sandbox.SetupError{Step: m.Step, Err: err}
 	case *execFailedMsg:
 		<-s.done
-		return &sandbox.ExecError{Path: cfg.Spec.Args[0], NotFound: m.NotFound, Err: errors.New(m.Error)}
+		return &sandbox.ExecError{Path: cfg.Spec.Args[0], NotFound: m.NotFound, Interpreter: m.Interpreter, NoExecBit: m.NoExecBit, Err: errors.New(m.Error)}
 	case *startedMsg:
 		for _, w := range m.Warnings {
 			s.warn(w)
