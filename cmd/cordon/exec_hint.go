@@ -53,11 +53,12 @@ func missingName(e *cordon.ExecError) string {
 	return e.Path
 }
 
-// pathFix says how to put dir first in the sandbox's PATH, for this run and in the policy.
+// pathFix says how to put dir first in the sandbox's PATH, for this run and in the policy. The new
+// value is spelled out once: the sandbox's PATH is long, and the error before the hint names it too.
 func pathFix(dir, searchPath string) string {
 	p := dir
 	if searchPath != "" {
 		p += ":" + searchPath
 	}
-	return fmt.Sprintf("-e PATH=%s (env.set: {PATH: %s} in the policy)", p, p)
+	return fmt.Sprintf("-e PATH=%s (or, in the policy, env.set: {PATH: <that value>})", p)
 }

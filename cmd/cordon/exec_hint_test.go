@@ -43,7 +43,7 @@ func TestExecHintNamesTheFix(t *testing.T) {
 			notWant []string
 		}{
 			{"inside, outside the PATH", "wstool", 127,
-				[]string{"wstool: command not found inside the sandbox", "is at " + wsBin + "/wstool, outside that PATH", "-e PATH=" + wsBin + ":", "env.set: {PATH: " + wsBin + ":"},
+				[]string{"wstool: command not found inside the sandbox", "is at " + wsBin + "/wstool, outside that PATH", "-e PATH=" + wsBin + ":", "env.set: {PATH: <that value>}"},
 				[]string{"filesystem.readonly", "-v "}},
 			{"on the host, not shown", "hometool", 127,
 				[]string{"hometool: command not found inside the sandbox", "is at " + homeBin + "/hometool on the host", "-v " + homeBin + ":ro", "filesystem.readonly: [" + homeBin + "]", "-e PATH=" + homeBin + ":"},

@@ -215,7 +215,7 @@ func (a *app) loadPolicy(explicit, project string) (*policy.Policy, error) {
 	if path == "" {
 		return policy.Default(), nil
 	}
-	opts := policy.Options{Home: a.getenv("HOME")}
+	opts := policy.Options{Home: a.getenv("HOME"), Workspace: project}
 	// Refuse before reading: nothing inside the agent's reach is ever read as configuration.
 	if err := policy.CheckOutside(path, []string{project}); err != nil {
 		return nil, err

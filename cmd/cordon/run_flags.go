@@ -138,7 +138,7 @@ func dashed(name string) string {
 }
 
 // parseVolume reads --volume's HOST[:PATH][:ro|rw]. HOST is checked as a policy path is (a relative
-// one is taken from the current directory: a flag is typed in a shell); PATH must be absolute.
+// one is taken from the current directory: a flag is typed in a shell); PATH as an entry's at is.
 func parseVolume(v string) (volume, error) {
 	parts := strings.Split(v, ":")
 	var vol volume
@@ -163,12 +163,11 @@ func parseVolume(v string) (volume, error) {
 	}
 	vol.host = host
 	if vol.target != "" {
-		if !filepath.IsAbs(vol.target) {
-			return volume{}, fmt.Errorf("%q: the path inside must be absolute", v)
+		t, err := policy.CheckTarget(vol.target)
+		if err != nil {
+			return volume{}, fmt.Errorf("%q: the path inside: %w", v, err)
 		}
-		if vol.target = filepath.Clean(vol.target); vol.target == "/" {
-			return volume{}, fmt.Errorf("%q: the path inside must not be /", v)
-		}
+		vol.target = t
 	}
 	return vol, nil
 }
@@ -215,6 +214,9 @@ func (r *runFlags) apply(pol *policy.Policy, home, project string) error {
 			if !slices.Contains(pol.Env.Pass, k) {
 				pol.Env.Pass = append(pol.Env.Pass, k)
 			}
+		}
+		if !slices.Contains(pol.Env.FromFlag, k) {
+			pol.Env.FromFlag = append(pol.Env.FromFlag, k)
 		}
 		if slices.ContainsFunc(pol.Credentials, func(c policy.Credential) bool { return c.Name == k }) {
 			return fmt.Errorf("--env %s: %s is a credential of the policy (its value never enters the sandbox's environment)", k, k)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +46,14 @@ func TestRunFlagEnv(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, h.canary) {
 			t.Fatalf("-e GITHUB_TOKEN did not pass it:\n%s", r)
 		}
-		if !strings.Contains(r.stderr, "cordon: warning:") || !strings.Contains(r.stderr, "GITHUB_TOKEN") {
-			t.Errorf("no warning for a secret-shaped name passed with -e:\n%s", r)
+		if !strings.Contains(r.stderr, "cordon: warning:") || !strings.Contains(r.stderr, "GITHUB_TOKEN into the sandbox (-e GITHUB_TOKEN)") {
+			t.Errorf("no warning naming -e for a secret-shaped name passed with it:\n%s", r)
+		}
+		// The file's own names still name the file's section.
+		pol = h.policy("env:\n  pass: [GITHUB_TOKEN]\n")
+		r = h.cordon([]string{"GITHUB_TOKEN=ghp_" + h.canary}, "", "run", "--policy", pol, "--", "true")
+		if r.code != 0 || !strings.Contains(r.stderr, "GITHUB_TOKEN into the sandbox (env.pass)") {
+			t.Errorf("no warning naming env.pass for a name of the policy file:\n%s", r)
 		}
 	})
 }
@@ -78,6 +85,77 @@ func TestRunFlagVolume(t *testing.T) {
 			fmt.Sprintf("cat /opt/cordon-data/f.txt; ls %s 2>/dev/null && echo ALSO-AT-HOST-PATH; true", data))
 		if r.code != 0 || !strings.Contains(r.stdout, "DATA-"+h.canary) || strings.Contains(r.stdout, "ALSO-AT-HOST-PATH") {
 			t.Fatalf("-v HOST:PATH did not show the host path at PATH alone:\n%s", r)
+		}
+	})
+}
+
+// TestRunFlagVolumeIsPolicy: -v HOST:PATH is the file's {path: HOST, at: PATH}: applied to a policy
+// it renders as that entry, and that rendering parses back to the same filesystem section.
+func TestRunFlagVolumeIsPolicy(t *testing.T) {
+	home := t.TempDir()
+	data := filepath.Join(home, "data")
+	other := filepath.Join(home, "other")
+	for _, d := range []string{data, other} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rf runFlags
+	for _, v := range []string{"~/data:/opt/data:ro", other + ":/srv/other"} {
+		vol, err := parseVolume(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rf.volumes = append(rf.volumes, vol)
+	}
+	pol := policy.Default()
+	if err := rf.apply(pol, home, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	file := fmt.Sprintf("version: 1\nfilesystem:\n  readonly: [{path: ~/data, at: /opt/data}]\n  readwrite: [{path: %s, at: /srv/other}]\n", other)
+	want, err := policy.Parse("p.yaml", []byte(file), policy.Options{Home: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pol.Filesystem, want.Filesystem) {
+		t.Errorf("-v gave %+v\nthe file gives %+v", pol.Filesystem, want.Filesystem)
+	}
+	out, err := pol.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "- path: "+data+"\n      at: /opt/data\n") {
+		t.Errorf("the rendered policy does not show -v HOST:PATH as {path, at}:\n%s", out)
+	}
+	back, err := policy.Parse("rendered", out, policy.Options{})
+	if err != nil || !reflect.DeepEqual(back.Filesystem, pol.Filesystem) {
+		t.Errorf("rendered and read again: %v\n got %+v\nwant %+v\n%s", err, back.Filesystem, pol.Filesystem, out)
+	}
+}
+
+// TestPolicyMountAt: the file's {path: HOST, at: PATH} shows the path at PATH inside as -v does,
+// policy check shows it, and one over the workspace is refused by run and check alike, positioned.
+func TestPolicyMountAt(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		data := filepath.Join(h.base, "data")
+		h.writeFile(filepath.Join(data, "f.txt"), "DATA-"+h.canary+"\n", 0o644)
+		h.chownAll(data)
+		pol := h.policy(fmt.Sprintf("filesystem:\n  readonly: [{path: %s, at: /opt/cordon-data}]\n", data))
+		r := h.cordon(nil, "", "run", "--policy", pol, "--", "cat", "/opt/cordon-data/f.txt")
+		if r.code != 0 || !strings.Contains(r.stdout, "DATA-"+h.canary) {
+			t.Fatalf("{path, at}: the path is not visible at at:\n%s", r)
+		}
+		r = h.cordon(nil, "", "policy", "check", "--workspace", h.ws, pol)
+		if r.code != 0 || !strings.Contains(r.stdout, "- path: "+data+"\n      at: /opt/cordon-data\n") {
+			t.Errorf("policy check does not show {path, at}:\n%s", r)
+		}
+		over := filepath.Join(realPath(t, h.ws), "sub")
+		bad := h.policy(fmt.Sprintf("filesystem:\n  readonly:\n    - {path: %s, at: %s}\n", data, over))
+		want := fmt.Sprintf("%s:4:%d: filesystem.readonly[0].at: %s is over the workspace", bad, 20+len(data), over)
+		for _, args := range [][]string{{"run", "--policy", bad, "--", "true"}, {"policy", "check", "--workspace", h.ws, bad}} {
+			if r := h.cordon(nil, "", args...); r.code == 0 || !strings.Contains(r.stderr, want) {
+				t.Errorf("cordon %s: want an error containing %q:\n%s", args[0], want, r)
+			}
 		}
 	})
 }

@@ -91,6 +91,11 @@ var rules = []rule{
 		Why:    "a leaf: the one definition of a valid host name for the policy, DNS, TLS SNI and HTTP, which all import it",
 	},
 	{
+		From:   m("internal/origdst"),
+		Forbid: []string{m("...")},
+		Why:    "a leaf: reading a redirected connection's original destination, shared by the gateway and the redirect rules' tests",
+	},
+	{
 		From:   m("internal/httpoverride"),
 		Forbid: []string{m("...")},
 		Why:    "a leaf: the one list of method-override headers, shared by the policy (data) and the gateway's checks",

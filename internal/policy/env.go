@@ -14,6 +14,10 @@ type Env struct {
 	Pass []string
 	// Set gives variables fixed values; it wins over Pass.
 	Set map[string]string
+	// FromFlag are the names of Pass and Set that cordon run's -e put there for one run, so that a
+	// message about one names the flag the user typed, not a file that does not hold it. The file
+	// has no such field.
+	FromFlag []string
 }
 
 func (d *decoder) env(n *yaml.Node, path string) (e Env, err error) {

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"go.yaml.in/yaml/v3"
@@ -13,10 +16,11 @@ import (
 // Filesystem lists host paths made visible beyond the workspace, and workspace paths hidden inside it.
 type Filesystem struct {
 	// ReadOnly and ReadWrite are absolute host paths (~ already expanded, cleaned) mounted at the same
-	// path inside.
+	// path inside, unless Targets says otherwise.
 	ReadOnly, ReadWrite []string
 	// Targets maps a path of ReadOnly or ReadWrite to the absolute path it appears at inside, when
-	// that is not its own (cordon run --volume HOST:PATH; the file has no syntax for it yet).
+	// that is not its own: the entry {path: HOST, at: PATH} in the file, --volume HOST:PATH on the
+	// command line. Nil when no path is moved.
 	Targets map[string]string
 	// Deny are gitignore-like globs relative to the workspace whose matches are masked; see CompileDeny.
 	Deny []string
@@ -35,14 +39,13 @@ type Secrets struct {
 }
 
 func (d *decoder) filesystem(n *yaml.Node, path string) (fs Filesystem, err error) {
-	mount := func(s string) (string, error) { return expandMount(s, d.home) }
 	seen, err := d.mapping(n, path,
 		field{"readonly", func(v *yaml.Node, p string) (err error) {
-			fs.ReadOnly, err = d.strs(v, p, mount)
+			fs.ReadOnly, err = d.mounts(v, p, &fs.Targets)
 			return err
 		}},
 		field{"readwrite", func(v *yaml.Node, p string) (err error) {
-			fs.ReadWrite, err = d.strs(v, p, mount)
+			fs.ReadWrite, err = d.mounts(v, p, &fs.Targets)
 			return err
 		}},
 		field{"deny", func(v *yaml.Node, p string) (err error) {
@@ -73,5 +76,116 @@ func (d *decoder) filesystem(n *yaml.Node, path string) (fs Filesystem, err erro
 				"%q is also listed in readonly", rw)
 		}
 	}
+	if err := d.checkTargets(fs, path, seen); err != nil {
+		return fs, err
+	}
 	return fs, nil
+}
+
+// mounts decodes filesystem.readonly or readwrite: each entry a host path shown at its own path
+// ("~/.gitconfig"), or a mapping {path: HOST, at: PATH} showing it at PATH instead, recorded in
+// targets. A path listed twice is refused, whichever form each entry has.
+func (d *decoder) mounts(n *yaml.Node, path string, targets *map[string]string) ([]string, error) {
+	var out []string
+	err := d.list(n, path, func(v *yaml.Node, p string) error {
+		host, at, err := d.mount(v, p)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(out, host) {
+			return d.errf(v, p, "%q is listed twice", host)
+		}
+		out = append(out, host)
+		if at != "" && at != host {
+			if *targets == nil {
+				*targets = make(map[string]string)
+			}
+			(*targets)[host] = at
+		}
+		return nil
+	})
+	return out, err
+}
+
+// mount decodes one entry of mounts, returning the host path and where it appears inside ("" for
+// its own path).
+func (d *decoder) mount(n *yaml.Node, path string) (host, at string, err error) {
+	if n.Kind != yaml.MappingNode {
+		s, err := d.str(n, path)
+		if err != nil {
+			return "", "", err
+		}
+		if host, err = expandMount(s, d.home); err != nil {
+			return "", "", d.errf(n, path, "%v", err)
+		}
+		return host, "", nil
+	}
+	seen, err := d.mapping(n, path,
+		field{"path", func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if host, err = expandMount(s, d.home); err != nil {
+				return d.errf(v, p, "%v", err)
+			}
+			return nil
+		}},
+		field{"at", func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if at, err = checkTarget(s); err != nil {
+				return d.errf(v, p, "%v", err)
+			}
+			if ws := d.workspace; ws != "" && (within(at, ws) || within(ws, at)) {
+				return d.errf(v, p, "%s is over the workspace %s, whose view is the run's own copy", at, ws)
+			}
+			return nil
+		}},
+	)
+	if err != nil {
+		return "", "", err
+	}
+	if err := d.require(n, path, seen, "path", "at"); err != nil {
+		return "", "", err
+	}
+	return host, at, nil
+}
+
+// checkTarget validates where a mounted path appears inside the sandbox: an absolute path of the
+// sandbox's own file system (so ~, which names the host user's home, has no meaning there), never its
+// root. Whether it lands on the workspace is checked against Options.Workspace, when known.
+func checkTarget(s string) (string, error) {
+	switch {
+	case s == "":
+		return "", errors.New("must not be empty")
+	case !filepath.IsAbs(s):
+		return "", fmt.Errorf("%q is not absolute (expected the absolute path it appears at inside the sandbox)", s)
+	}
+	if p := filepath.Clean(s); p != "/" {
+		return p, nil
+	}
+	return "", fmt.Errorf("%q would cover the sandbox's whole file system", s)
+}
+
+// checkTargets refuses two paths shown at the same place inside, where one would hide the other.
+func (d *decoder) checkTargets(fs Filesystem, path string, seen map[string]*yaml.Node) error {
+	at := map[string]string{} // inside path -> host path shown there
+	for _, section := range []struct {
+		name  string
+		paths []string
+	}{{"readonly", fs.ReadOnly}, {"readwrite", fs.ReadWrite}} {
+		for i, p := range section.paths {
+			inside := cmp.Or(fs.Targets[p], p)
+			if other, dup := at[inside]; dup {
+				n := seen[section.name].Content[i]
+				return d.errf(n, fmt.Sprintf("%s.%s[%d]", path, section.name, i),
+					"%s would appear at %s, where %s appears already", p, inside, other)
+			}
+			at[inside] = p
+		}
+	}
+	return nil
 }

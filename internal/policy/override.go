@@ -20,6 +20,10 @@ func CheckEnvName(s string) error {
 // starting with ~/ (expanded against home), never the host's whole root. It returns it cleaned.
 func ExpandMount(s, home string) (string, error) { return expandMount(s, home) }
 
+// CheckTarget validates where a mounted path appears inside, as the at of a filesystem.readonly or
+// readwrite entry: absolute, never the sandbox's root. It returns it cleaned.
+func CheckTarget(s string) (string, error) { return checkTarget(s) }
+
 // CheckWorkdir validates sandbox.workdir: a path relative to the workspace that stays inside it. It
 // returns it cleaned ("." for the workspace itself).
 func CheckWorkdir(s string) (string, error) {

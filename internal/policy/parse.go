@@ -54,7 +54,7 @@ func Parse(name string, data []byte, opts Options) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{file: name, home: opts.Home}
+	d := &decoder{file: name, home: opts.Home, workspace: opts.Workspace}
 	if err := d.checkNodes(root); err != nil {
 		return nil, err
 	}
@@ -180,8 +180,9 @@ func yamlProblem(data []byte) (msg string) {
 // that maps the section's node onto them, so adding a section or a key is a local change; the checks
 // of single values they share are in validate.go.
 type decoder struct {
-	file string
-	home string
+	file      string
+	home      string
+	workspace string // Options.Workspace
 }
 
 func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) error {

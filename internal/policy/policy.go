@@ -43,6 +43,9 @@ type Policy struct {
 type Options struct {
 	// Home is the caller's home directory, for expanding ~ in paths.
 	Home string
+	// Workspace, when set, is the project the policy is for: a filesystem path shown at a place
+	// over it ({path: ..., at: ...}) is refused, as the run refuses it, but with its position.
+	Workspace string
 }
 
 // Error is a policy mistake, located in the file so it can be fixed without guessing.

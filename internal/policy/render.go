@@ -46,10 +46,15 @@ type docPolicy struct {
 }
 
 type docFilesystem struct {
-	ReadOnly  []string    `yaml:"readonly,omitempty"`
-	ReadWrite []string    `yaml:"readwrite,omitempty"`
+	ReadOnly  []any       `yaml:"readonly,omitempty"` // a path, or a docMount for one shown elsewhere
+	ReadWrite []any       `yaml:"readwrite,omitempty"`
 	Deny      []string    `yaml:"deny,omitempty"`
 	Secrets   *docSecrets `yaml:"secrets,omitempty"`
+}
+
+type docMount struct {
+	Path string `yaml:"path"`
+	At   string `yaml:"at"`
 }
 
 type docSecrets struct {
@@ -157,9 +162,13 @@ type docInject struct {
 
 func (p *Policy) doc() docPolicy {
 	d := docPolicy{
-		Version:    p.Version,
-		Filesystem: docFilesystem{ReadOnly: p.Filesystem.ReadOnly, ReadWrite: p.Filesystem.ReadWrite, Deny: p.Filesystem.Deny},
-		Env:        docEnv(p.Env),
+		Version: p.Version,
+		Filesystem: docFilesystem{
+			ReadOnly:  p.Filesystem.docMounts(p.Filesystem.ReadOnly),
+			ReadWrite: p.Filesystem.docMounts(p.Filesystem.ReadWrite),
+			Deny:      p.Filesystem.Deny,
+		},
+		Env: docEnv{Pass: p.Env.Pass, Set: p.Env.Set},
 		Limits: docLimits{
 			Pids:      p.Limits.Pids,
 			CPU:       p.Limits.CPU,
@@ -241,6 +250,20 @@ func (p *Policy) doc() docPolicy {
 		d.Credentials = append(d.Credentials, dc)
 	}
 	return d
+}
+
+// docMounts writes readonly or readwrite: a path shown at its own path as a string, one shown
+// elsewhere (Targets) as {path: HOST, at: PATH}.
+func (fs Filesystem) docMounts(paths []string) []any {
+	var out []any
+	for _, p := range paths {
+		if at, ok := fs.Targets[p]; ok {
+			out = append(out, docMount{Path: p, At: at})
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // formatDuration drops the zero minutes and seconds time.Duration.String adds ("2h0m0s" is "2h").

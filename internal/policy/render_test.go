@@ -23,6 +23,14 @@ func TestRenderRoundTrip(t *testing.T) {
 		"example":       example,
 		"default":       Default(),
 		"empty network": withNetwork,
+		"moved paths": {
+			Version: 1, Sandbox: Sandbox{Hostname: "h"},
+			Filesystem: Filesystem{
+				ReadOnly:  []string{"/a", "/home/a/data"},
+				ReadWrite: []string{"/srv/cache", "/b"},
+				Targets:   map[string]string{"/home/a/data": "/opt/data", "/srv/cache": "/cache"},
+			},
+		},
 		"odd limits": {
 			Version: 1, Sandbox: Sandbox{AllowNesting: true, Hostname: "h"},
 			Limits: Limits{Memory: 1000, Disk: 3 * MiB, CPU: 2, Timeout: 90 * time.Second},

@@ -68,7 +68,7 @@ func build(caller []string, p policy.Env, id Identity, exists func(string) bool)
 		}
 		e.set(name, v)
 		if SecretShaped(name) {
-			warnings = append(warnings, warning(name, "env.pass"))
+			warnings = append(warnings, warning(name, "env.pass", p))
 		}
 	}
 	names := make([]string, 0, len(p.Set))
@@ -79,13 +79,18 @@ func build(caller []string, p policy.Env, id Identity, exists func(string) bool)
 	for _, name := range names {
 		e.set(name, p.Set[name])
 		if SecretShaped(name) {
-			warnings = append(warnings, warning(name, "env.set"))
+			warnings = append(warnings, warning(name, "env.set", p))
 		}
 	}
 	return e.list, warnings
 }
 
-func warning(name, where string) string {
+// warning names where the variable came from: the file's section, or the flag that gave it.
+func warning(name, section string, p policy.Env) string {
+	where := section
+	if slices.Contains(p.FromFlag, name) {
+		where = "-e " + name
+	}
 	return fmt.Sprintf("cordon: warning: passing secret-shaped variable %s into the sandbox (%s)", name, where)
 }
 

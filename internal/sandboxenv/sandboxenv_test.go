@@ -110,6 +110,26 @@ func TestBuildNamedSecretsWarn(t *testing.T) {
 	}
 }
 
+// TestBuildFlagSecretsWarn: a secret-shaped name that cordon run's -e put in names the flag, not a
+// section of a file that does not hold it.
+func TestBuildFlagSecretsWarn(t *testing.T) {
+	p := policy.Env{
+		Pass:     []string{"FOO_TOKEN", "SSH_AUTH_SOCK"},
+		Set:      map[string]string{"DB_PASSWORD": "x", "API_KEY": "y"},
+		FromFlag: []string{"SSH_AUTH_SOCK", "API_KEY"},
+	}
+	_, warnings := Build(caller, p, id)
+	want := []string{
+		"cordon: warning: passing secret-shaped variable FOO_TOKEN into the sandbox (env.pass)",
+		"cordon: warning: passing secret-shaped variable SSH_AUTH_SOCK into the sandbox (-e SSH_AUTH_SOCK)",
+		"cordon: warning: passing secret-shaped variable API_KEY into the sandbox (-e API_KEY)",
+		"cordon: warning: passing secret-shaped variable DB_PASSWORD into the sandbox (env.set)",
+	}
+	if !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings =\n%q\nwant\n%q", warnings, want)
+	}
+}
+
 func TestBuildNoDuplicatesSetWins(t *testing.T) {
 	p := policy.Env{
 		Pass: []string{"EDITOR", "PATH", "GOFLAGS"},

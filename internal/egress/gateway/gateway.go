@@ -24,6 +24,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
 	"github.com/cordon-sandbox/cordon/internal/egress/names"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
+	"github.com/cordon-sandbox/cordon/internal/origdst"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/redact"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
@@ -135,7 +136,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{log: log}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
-		OrigDst: origDst, Notify: notices.refusedConn,
+		OrigDst: origdst.Of, Notify: notices.refusedConn,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices); err == nil {

@@ -32,8 +32,7 @@ func modifyResponse(res *http.Response) error {
 	if ex != nil {
 		ex.status = res.StatusCode
 		if ex.refusal == refused1xx {
-			why := strings.TrimPrefix(ex.err, errUnredactable.Error()+": ")
-			return fmt.Errorf("%w: %s, in an informational (1xx) answer", errUnredactable, why)
+			return fmt.Errorf("%w, in an informational (1xx) answer", ex.err1xx)
 		}
 	}
 	// A body of known length is read in full chunks (fullReader), which already wait for the
@@ -54,8 +53,12 @@ func modifyResponse(res *http.Response) error {
 			if err := redactResponse(res, red, idle); err != nil {
 				return err
 			}
-			if b, ok := res.Body.(*redactedBody); ok {
-				b.refuse = func(err error) { ex.refusal, ex.err = "answer not searchable for credential values", err.Error() }
+			switch b := res.Body.(type) {
+			case *redactedBody:
+				b.refuse = func(err error) { ex.refusal, ex.err = refusalOf(err), err.Error() }
+			case redactedConn:
+				b.refuse = ex.frameRefused
+				res.Body = b
 			}
 		}
 	}
@@ -65,6 +68,14 @@ func modifyResponse(res *http.Response) error {
 // errUnredactable refuses an answer that could carry a credential value in a form the gateway
 // cannot search.
 var errUnredactable = errors.New("the answer cannot be searched for credential values")
+
+// refusalOf is the audit reason for an answer refused with err, which wraps errUnredactable.
+func refusalOf(err error) string {
+	if errors.Is(err, errSplitHeader) {
+		return "credential value split across header fields"
+	}
+	return "answer not searchable for credential values"
+}
 
 // redactResponse replaces credential values in an answer's header (names and values), body and
 // trailer; a body's held-back tail is released idle after it arrived (redact.Reader), or only by
@@ -123,7 +134,7 @@ func redactResponse(res *http.Response, red *redact.Replacer, idle time.Duration
 			return err
 		}
 		if red.Assembled(headerFields(res.Trailer, header)) {
-			return fmt.Errorf("%w: %s (header and trailer)", errUnredactable, errSplitHeader)
+			return fmt.Errorf("%w: %w (header and trailer)", errUnredactable, errSplitHeader)
 		}
 		return nil
 	}}
@@ -168,9 +179,18 @@ func (b *redactedBody) Close() error {
 type redactedConn struct {
 	r io.ReadCloser
 	io.ReadWriteCloser
+	refuse func(reason string) // told when a frame is refused, if set
 }
 
-func (c redactedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read reads the searched frames. A frame the replacer cannot search ends them with an error,
+// which ends the relay and closes the connection; refuse is told why.
+func (c redactedConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && c.refuse != nil && errors.Is(err, redact.ErrWebsocketFrame) {
+		c.refuse("websocket frame refused: " + strings.TrimPrefix(err.Error(), redact.ErrWebsocketFrame.Error()+": "))
+	}
+	return n, err
+}
 
 // Close closes the connection, which ends the replacer's read of it, and then the replacer.
 func (c redactedConn) Close() error {
@@ -194,7 +214,7 @@ func (w *countingWriter) WriteHeader(code int) {
 		// the upstream, before ModifyResponse sees anything: its header is searched here. One that
 		// cannot be redacted is not relayed, and the final answer is refused (modifyResponse).
 		if err := redactHeader(w.ex.red, w.Header(), nil); err != nil {
-			w.ex.refusal, w.ex.err = refused1xx, err.Error()
+			w.ex.refusal, w.ex.err, w.ex.err1xx = refused1xx, err.Error(), err
 			return // the reverse proxy clears the header it filled
 		}
 	}

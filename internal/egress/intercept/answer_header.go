@@ -40,7 +40,7 @@ func redactHeader(red *redact.Replacer, h, also http.Header) error {
 		}
 	}
 	if red.Assembled(headerFields(h, headerFields(also, nil))) {
-		return fmt.Errorf("%w: %s", errUnredactable, errSplitHeader)
+		return fmt.Errorf("%w: %w", errUnredactable, errSplitHeader)
 	}
 	return nil
 }

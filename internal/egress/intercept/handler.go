@@ -25,11 +25,27 @@ type exchange struct {
 	status  int    // the upstream's status, or ours
 	err     string // why the upstream could not be reached
 	refusal string // why the gateway refused the upstream's answer (its certificate, an encoding)
+	err1xx  error  // why an informational answer's header could not be redacted (refused1xx)
 	h2      bool   // the client spoke HTTP/2
 	// red replaces the credential values the host has been sent in its answers (Config.Redactions);
 	// redactions lists them.
 	red        *redact.Replacer
 	redactions func(string) []redact.Pair
+	// frameRefusal is why the answer redactor refused a websocket frame from the upstream (and so
+	// closed the connection), set once by the frame reader on the reverse proxy's copy goroutine;
+	// refuseFrame records it (frameRefused).
+	frameRefusal atomic.Pointer[string]
+	refuseFrame  func(reason string)
+}
+
+// frameRefused records, once, that a websocket frame from the upstream was refused: as an audit
+// event of its own, since it happens while the connection is relayed, after the request was
+// judged (and, should the other direction end first, after its event was recorded). The request
+// so has two events, the allowed upgrade and this refusal.
+func (ex *exchange) frameRefused(reason string) {
+	if ex.frameRefusal.CompareAndSwap(nil, &reason) && ex.refuseFrame != nil {
+		ex.refuseFrame(reason)
+	}
 }
 
 type exchangeKey struct{}
@@ -153,6 +169,16 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		ex.redactions = i.redactions
 		ex.red = redact.New(i.redactions(c.name))
 	}
+	ex.refuseFrame = func(reason string) {
+		i.rec.Record(audit.Event{
+			Time: time.Now(), Kind: audit.KindHTTP, Name: c.name, Port: c.port,
+			Decision: audit.Deny, Rule: gatewayRule, Reason: reason,
+			Detail: map[string]string{"method": r.Method, "path": logged, "proto": r.Proto},
+		})
+		if i.notify != nil {
+			i.notify(c.name+" "+r.Method+" "+gatewayRule, fmt.Sprintf("blocked %s %s://%s%s (%s)", r.Method, c.scheme, c.upstream(), logged, reason))
+		}
+	}
 	if ex.red != nil {
 		// The answer is searched for the values sent to this host: ask for it unencoded, and a
 		// websocket without compression, so that what is searched is what the sandbox reads.
@@ -205,7 +231,7 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		ex.refusal = "upstream certificate not verified"
 		reason = "the upstream's certificate is not trusted (add its CA to the policy if it is meant to be reached)"
 	case errors.Is(err, errUnredactable):
-		ex.refusal = "answer not searchable for credential values"
+		ex.refusal = refusalOf(err)
 		reason = "cordon refused the upstream's answer"
 	}
 	if errors.Is(err, context.Canceled) {

@@ -212,7 +212,11 @@ func newHarness(t testing.TB, tweak ...func(*Config)) *harness {
 			return d.DialContext(ctx, network, target)
 		},
 		LocalAddrs:   func() ([]netip.Addr, error) { return []netip.Addr{ownAddr}, nil },
-		SniffTimeout: 300 * time.Millisecond,
+		// Generous: a client that speaks first is classified when its bytes arrive, however late a
+		// loaded machine schedules it (a short timeout would reset a slow plain-HTTP client instead
+		// of answering 403). Only a silent client to a denied name waits it out, and the test of
+		// that (TestTransparentServerSpeaksFirst) sets its own short one.
+		SniffTimeout: 10 * time.Second,
 	}
 	for _, f := range tweak {
 		f(&cfg)

@@ -209,11 +209,17 @@ func pidfd(t *testing.T, pid int) int {
 	return fd
 }
 
-// exited waits up to d for the process behind pidfd fd to exit.
+// exited waits up to d for the process behind pidfd fd to exit. A signal (the SIGCHLD of a holder
+// that died) interrupts the wait, which then goes on for the time left.
 func exited(fd int, d time.Duration) bool {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, int(d/time.Millisecond))
-	return err == nil && n == 1
+	deadline := time.Now().Add(d)
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(max(time.Until(deadline), 0)/time.Millisecond))
+		if err != unix.EINTR {
+			return err == nil && n == 1
+		}
+	}
 }
 
 // lines reads the lines cmd writes to its stdout as they come.

@@ -28,6 +28,8 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-sandbox/cordon/internal/origdst"
+
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
@@ -374,7 +376,7 @@ func serve(set *sandbox.Listeners) {
 func answer(role string, c net.Conn) {
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	dst, err := OrigDst(c)
+	dst, err := origdst.Of(c)
 	what := dst.String()
 	if err != nil {
 		what = "error: " + err.Error()

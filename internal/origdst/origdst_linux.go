@@ -1,4 +1,4 @@
-package gateway
+package origdst
 
 import (
 	"encoding/binary"
@@ -14,24 +14,24 @@ import (
 // golang.org/x/sys does not define.
 const ip6tSOOriginalDst = 80
 
-// origDst returns where a connection accepted on the transparent listener was going before the
+// Of returns where a connection accepted on the transparent listener was going before the
 // sandbox's nftables rules redirected it: the kernel's connection tracking keeps the original
 // destination, and the gateway needs it to know which name the sandbox meant (the address DNS handed
 // out) and which port. It reads SO_ORIGINAL_DST for IPv4 and IP6T_SO_ORIGINAL_DST for IPv6, chosen by
-// the socket's family (the listeners are never dual-stack). It is the gateway's, not the box's: it asks
-// a socket the gateway accepted, whichever backend made the listener.
+// the socket's family (the listeners are never dual-stack). It asks a socket the gateway accepted,
+// whichever backend made the listener.
 //
 // A connection made straight to the listener's own address was not redirected; its original
 // destination is the listener itself (or, where connection tracking is not running, an error), which
 // the gateway must treat like any other loopback target.
-func origDst(c net.Conn) (netip.AddrPort, error) {
+func Of(c net.Conn) (netip.AddrPort, error) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return netip.AddrPort{}, fmt.Errorf("gateway: original destination: %T is not a *net.TCPConn", c)
+		return netip.AddrPort{}, fmt.Errorf("origdst: original destination: %T is not a *net.TCPConn", c)
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("gateway: original destination: %w", err)
+		return netip.AddrPort{}, fmt.Errorf("origdst: original destination: %w", err)
 	}
 	var dst netip.AddrPort
 	var optErr error
@@ -52,7 +52,7 @@ func origDst(c net.Conn) (netip.AddrPort, error) {
 		err = optErr
 	}
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("gateway: original destination of %v: %w", tc.RemoteAddr(), err)
+		return netip.AddrPort{}, fmt.Errorf("origdst: original destination of %v: %w", tc.RemoteAddr(), err)
 	}
 	return dst, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package origdst
 
 import (
 	"net"
@@ -10,7 +10,7 @@ func TestOrigDstRejectsNonTCP(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if _, err := origDst(a); err == nil {
+	if _, err := Of(a); err == nil {
 		t.Error("origDst of a pipe succeeded")
 	}
 }
@@ -34,7 +34,7 @@ func TestOrigDstOfDirectConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	dst, err := origDst(s)
+	dst, err := Of(s)
 	if err != nil {
 		t.Logf("no connection tracking here: %v", err)
 		return
