@@ -211,7 +211,7 @@ func newHarness(t testing.TB, tweak ...func(*Config)) *harness {
 			var d net.Dialer
 			return d.DialContext(ctx, network, target)
 		},
-		LocalAddrs:   func() ([]netip.Addr, error) { return []netip.Addr{ownAddr}, nil },
+		LocalAddrs: func() ([]netip.Addr, error) { return []netip.Addr{ownAddr}, nil },
 		// Generous: a client that speaks first is classified when its bytes arrive, however late a
 		// loaded machine schedules it (a short timeout would reset a slow plain-HTTP client instead
 		// of answering 403). Only a silent client to a denied name waits it out, and the test of
