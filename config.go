@@ -36,6 +36,12 @@ type Config struct {
 	// OnWarning, when set, receives each warning as it happens, from any goroutine; it must not
 	// block. Run.Warnings returns them too.
 	OnWarning func(Warning)
+	// OnEvent, when set, receives each event of the run's audit log as the log writes it: in order,
+	// folded repeats once with their count when the fold is written, none after Wait has returned.
+	// It is called on the log's own goroutine. The gateway's decisions never wait for it, but the
+	// log does: it must not block for long, or the log drops events (as it does for a slow disk,
+	// counted in the network summary). Run.Events and FinishedRun.Events read the same events.
+	OnEvent func(Event)
 }
 
 // CheckName refuses a run name (Config.Name) that would not read as one word in a listing; Start

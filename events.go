@@ -74,11 +74,25 @@ func readEvents(runDir string) ([]Event, error) {
 	}
 	out := make([]Event, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, Event{
-			Time: e.Time, Kind: EventKind(e.Kind), Decision: Decision(e.Decision), Name: e.Name, Port: e.Port,
-			Rule: e.Rule, Reason: e.Reason, Detail: e.Detail, BytesOut: e.BytesOut, BytesIn: e.BytesIn,
-			Duration: e.Duration, Count: e.Decisions(), Last: e.Last, Group: e.Group, Names: e.Names,
-		})
+		out = append(out, eventOf(e))
 	}
 	return out, err
+}
+
+// eventOf is the audit log's event as the library presents it, for Run.Events and Config.OnEvent
+// alike.
+func eventOf(e audit.Event) Event {
+	return Event{
+		Time: e.Time, Kind: EventKind(e.Kind), Decision: Decision(e.Decision), Name: e.Name, Port: e.Port,
+		Rule: e.Rule, Reason: e.Reason, Detail: e.Detail, BytesOut: e.BytesOut, BytesIn: e.BytesIn,
+		Duration: e.Duration, Count: e.Decisions(), Last: e.Last, Group: e.Group, Names: e.Names,
+	}
+}
+
+// onEvent adapts Config.OnEvent to the audit log's callback; nil stays nil.
+func onEvent(f func(Event)) func(audit.Event) {
+	if f == nil {
+		return nil
+	}
+	return func(e audit.Event) { f(eventOf(e)) }
 }

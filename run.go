@@ -196,7 +196,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			Notify: b.warn.blocked,
+			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked,
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
@@ -272,7 +272,7 @@ func (r *Run) WorkspaceFallback() error { return r.copied }
 func (r *Run) Warnings() []Warning { return r.b.warn.all() }
 
 // Events reads the run's audit log as written so far (repeats the log is still folding appear once
-// the run has ended); a run without network has none.
+// the run has ended); a run without network has none. Config.OnEvent receives the same events live.
 func (r *Run) Events() ([]Event, error) { return readEvents(r.rec.Dir) }
 
 // Signal forwards sig to the command. After the run has ended it does nothing.

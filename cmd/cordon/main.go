@@ -154,8 +154,9 @@ Commands:
 The policy is read from --policy FILE, else $XDG_CONFIG_HOME/cordon/policy.yaml (root: /etc/cordon/policy.yaml),
 else the built-in default: the workspace read-write, nothing else of the host, no network.
 Exit status: the command's own; 125 when cordon fails, 126 when the command cannot be executed, 127 when
-it is not found. RUN is a run's id (see cordon runs), a unique prefix of one, or last.
-Run "cordon COMMAND --help" for a command's flags.
+it is not found. RUN is a run's id (see cordon runs), a unique prefix of one, or last; a prefix and
+last name runs of the current directory's project (its git top level), another project's run takes its
+full id. Run "cordon COMMAND --help" (or cordon help COMMAND) for a command's flags.
 `)
 }
 

@@ -76,7 +76,7 @@ func tunnelQuery(i int) Event {
 func TestFoldTunnel(t *testing.T) {
 	clk := newClock()
 	var out syncBuffer
-	l := newLog(&out, 0, 0, clk.now)
+	l := newLog(&out, Options{}, 0, clk.now)
 	const n = 10_000
 	for i := range n {
 		e := tunnelQuery(i)
@@ -111,7 +111,7 @@ func TestFoldTunnel(t *testing.T) {
 func TestFoldSameName(t *testing.T) {
 	clk := newClock()
 	var out syncBuffer
-	l := newLog(&out, 0, 0, clk.now)
+	l := newLog(&out, Options{}, 0, clk.now)
 	e := Event{Kind: KindDNS, Name: "nowhere.test", Decision: Deny, Rule: "default", Reason: "not in network.allow"}
 	for range 5 {
 		e.Time = clk.advance(time.Millisecond)
@@ -145,7 +145,7 @@ func TestFoldSameName(t *testing.T) {
 func TestFoldManyDomains(t *testing.T) {
 	clk := newClock()
 	var out syncBuffer
-	l := newLog(&out, 0, 0, clk.now)
+	l := newLog(&out, Options{}, 0, clk.now)
 	const n = 1000
 	for i := range n {
 		l.Record(Event{Time: clk.advance(time.Millisecond), Kind: KindDNS, Name: fmt.Sprintf("x.d%d.test", i), Decision: Deny,
@@ -278,7 +278,7 @@ func TestLogCap(t *testing.T) {
 // TestFoldCostsNoAllocation: a repeat that folds costs a map lookup, not an allocation.
 func TestFoldCostsNoAllocation(t *testing.T) {
 	clk := newClock()
-	l := newLog(&syncBuffer{}, 0, 0, clk.now)
+	l := newLog(&syncBuffer{}, Options{}, 0, clk.now)
 	defer l.Close()
 	e := tunnelQuery(1)
 	e.Time = clk.now()

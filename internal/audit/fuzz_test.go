@@ -44,7 +44,7 @@ func FuzzFold(f *testing.F) {
 		names := []string{"a.evil.test", "b.evil.test", "x.y.evil.test", "evil.test", "", "z.other.test", "q.shop.co.uk", "pkg.test"}
 		clk := newClock()
 		var out syncBuffer
-		l := newLog(&out, int64(capKiB)<<10, 0, clk.now)
+		l := newLog(&out, Options{MaxBytes: int64(capKiB) << 10}, 0, clk.now)
 		n := 0
 		for i := 0; i+3 < len(ops); i += 4 {
 			e := Event{Kind: kinds[int(ops[i])%len(kinds)], Decision: decisions[int(ops[i+1])%len(decisions)],

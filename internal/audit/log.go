@@ -97,6 +97,8 @@ type Log struct {
 	file *os.File // nil for a Log over a plain writer (tests)
 	max  int64    // the byte cap
 	now  func() time.Time
+	// onEvent is Options.OnEvent; only the writer (and Close, once the writer is done) calls it.
+	onEvent func(Event)
 
 	mu         sync.Mutex
 	pending    []byte
@@ -118,6 +120,14 @@ type Options struct {
 	// MaxBytes caps the log file, what it held before included; 0 means DefaultMaxBytes. A cap
 	// below 16 KiB is raised to it: the log's own records need room.
 	MaxBytes int64
+	// OnEvent, when set, receives every event the log writes, in the log's order and as a reader of
+	// the file would decode it: a fold arrives once, with its count, when the fold is written; the
+	// log's own notes (KindAudit) arrive too. It is called on the log's writer goroutine right after
+	// each batch is written (the closing notes from Close), never after Close has returned. Record
+	// never waits for it, so a slow callback cannot slow the gateway's decisions; but it holds up
+	// the writer, and past maxPending queued the log drops events (counted in Summary.Dropped) as it
+	// does for a slow disk, so it must not block for long.
+	OnEvent func(Event)
 }
 
 // NewLog creates (or appends to) the log at path with mode 0600 and the default options.
@@ -142,19 +152,20 @@ func NewLogWith(path string, opts Options) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
-	l := newLog(f, opts.MaxBytes, fi.Size(), time.Now)
+	l := newLog(f, opts, fi.Size(), time.Now)
 	l.file = f
 	return l, nil
 }
 
-// newLog starts a Log over w, which already holds size bytes, with the cap limit (0: the default) and
-// now as the clock that times the folds.
-func newLog(w io.Writer, limit, size int64, now func() time.Time) *Log {
+// newLog starts a Log over w, which already holds size bytes, with opts and now as the clock that
+// times the folds.
+func newLog(w io.Writer, opts Options, size int64, now func() time.Time) *Log {
+	limit := opts.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxBytes
 	}
-	l := &Log{w: w, max: max(limit, 4*reserve), size: size, now: now, folds: newFolder(), suppressed: map[Kind]int{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Log{w: w, max: max(limit, 4*reserve), size: size, now: now, onEvent: opts.OnEvent, folds: newFolder(),
+		suppressed: map[Kind]int{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.writer()
 	return l
 }
@@ -342,10 +353,24 @@ func (l *Log) flush(spare []byte) []byte {
 		l.sum.Dropped += bytes.Count(batch, []byte{'\n'})
 		l.mu.Unlock()
 	}
+	l.deliver(batch)
 	if cap(batch) > maxPending {
 		return nil
 	}
 	return batch[:0]
+}
+
+// deliver hands the events of lines, just written (or lost to a write error, which Summary counts),
+// to Options.OnEvent. They are decoded from the lines, not kept from Record, so that the callback
+// sees exactly the log's stream and no map a recorder might still hold.
+func (l *Log) deliver(lines []byte) {
+	if l.onEvent == nil || len(lines) == 0 {
+		return
+	}
+	events, _ := decode(bytes.NewReader(lines), "") // the log's own encoding: it always decodes
+	for _, e := range events {
+		l.onEvent(e)
+	}
 }
 
 // Close writes the folds' counts and every queued event, notes in the log how many events the cap
@@ -382,6 +407,7 @@ func (l *Log) Close() error {
 		if _, werr := l.w.Write(notes); werr != nil {
 			err = fmt.Errorf("writing the audit log: %w", werr)
 		}
+		l.deliver(notes) // the writer is done: this goroutine is the only caller now
 	}
 	if l.file != nil {
 		if serr := l.file.Sync(); serr != nil && err == nil {

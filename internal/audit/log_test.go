@@ -159,7 +159,7 @@ func (s *stuckWriter) Write(p []byte) (int, error) {
 // events are dropped and counted, the summary stays exact, and the log says how many it lost.
 func TestRecordNeverBlocks(t *testing.T) {
 	w := &stuckWriter{release: make(chan struct{})}
-	l := newLog(w, 0, 0, time.Now)
+	l := newLog(w, Options{}, 0, time.Now)
 	e := Event{Kind: KindConnect, Name: strings.Repeat("a", 200) + ".example", Decision: Allow, BytesOut: 1}
 	const n = 100_000 // ~30 MB of JSON: well past maxPending
 	start := time.Now()
@@ -187,7 +187,7 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestLogWriteError(t *testing.T) {
-	l := newLog(failingWriter{}, 0, 0, time.Now)
+	l := newLog(failingWriter{}, Options{}, 0, time.Now)
 	l.Record(Event{Kind: KindDNS, Decision: Deny})
 	err := l.Close()
 	if err == nil || !strings.Contains(err.Error(), "writing the audit log: disk full") {
@@ -252,7 +252,7 @@ func TestSummaryString(t *testing.T) {
 // TestSummaryCountsCredentialsAndNotRequestBytesTwice: a request's bytes are part of its connection's
 // event, so only the connection counts them; credential use and misuse are counted from the details.
 func TestSummaryCountsCredentialsAndNotRequestBytesTwice(t *testing.T) {
-	l := newLog(io.Discard, 0, 0, time.Now)
+	l := newLog(io.Discard, Options{}, 0, time.Now)
 	l.Record(Event{Kind: KindConnect, Decision: Allow, BytesIn: 100, BytesOut: 10})
 	l.Record(Event{Kind: KindHTTP, Decision: Allow, BytesIn: 90, BytesOut: 5, Detail: map[string]string{DetailCredentials: "API_KEY", DetailCredentialEchoed: "2"}})
 	l.Record(Event{Kind: KindHTTP, Decision: Allow, Detail: map[string]string{DetailCredentialMisuse: "API_KEY in header X"}})

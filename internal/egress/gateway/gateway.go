@@ -51,6 +51,9 @@ type Config struct {
 	AuditPath string
 	// AuditMaxBytes caps the audit log (the run's share of limits.disk); 0 means audit.DefaultMaxBytes.
 	AuditMaxBytes int64
+	// OnEvent receives each event as the audit log writes it (audit.Options.OnEvent), never after
+	// Close has returned; nil sends them nowhere but the log.
+	OnEvent func(audit.Event)
 	// Notify receives one line per refused host, for the user's terminal. It must not block.
 	Notify func(line string)
 	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver (or
@@ -129,7 +132,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: network.tls.inspect[%d]: %s is never allowed by the network policy (add it to network.allow)", i, h)
 		}
 	}
-	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes})
+	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
