@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/budget"
 	"github.com/cordon-sandbox/cordon/internal/cleanup"
 	"github.com/cordon-sandbox/cordon/internal/console"
 	"github.com/cordon-sandbox/cordon/internal/creds"
@@ -44,6 +45,8 @@ type Exit struct {
 	TimedOut bool
 	// Network summarises the gateway's decisions; nil when the policy has no network section.
 	Network *NetworkSummary
+	// Budgets are what the run spent per host with a budget (policy budgets); nil when it has none.
+	Budgets map[string]BudgetTotals
 	// Changed is how many paths the command changed in the workspace (see FinishedRun.Changes).
 	Changed int
 	// Kept says why the run is kept in its store for review; it is empty when the run changed nothing
@@ -60,6 +63,7 @@ type Run struct {
 	sb        sandbox.Sandbox
 	streams   *console.Streams
 	gw        *gateway.Gateway
+	budgets   *budget.Ledger
 	creds     *creds.Set
 	synced    chan error
 	copied    error
@@ -189,6 +193,10 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	spec.RunName = "cordon-" + rec.Meta.ID
 	var gw *gateway.Gateway
+	ledger, err := budgetLedger(pol, b.store.Root, rec.Meta.ID)
+	if err != nil {
+		return nil, err
+	}
 	if pol.Network != nil {
 		// The gateway is prepared (policy matched, presets read, audit log open) before anything
 		// runs; the box creates its sockets and rules before the command exists. If either fails,
@@ -196,7 +204,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked,
+			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, Budgets: ledger,
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
@@ -235,7 +243,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep,
+		keep: cfg.Keep, budgets: ledger,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -339,6 +347,13 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 			r.b.warn.degraded(fmt.Sprintf("gateway: %v", err))
 		}
 		r.exit.Network = &sum
+	}
+	if r.budgets != nil {
+		// Kept beside the run's record, before finish may remove it, for cordon runs to list.
+		r.exit.Budgets = r.budgets.Totals()
+		if err := writeBudgets(r.rec.Dir, r.exit.Budgets); err != nil {
+			r.b.warn.degraded(fmt.Sprintf("recording the budget totals: %v", err))
+		}
 	}
 	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed)
 	r.b.closeCredentials(r.creds)

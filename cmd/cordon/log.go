@@ -50,6 +50,12 @@ func (a *app) cmdLog(args []string) int {
 		}
 	} else {
 		a.printEvents(events)
+		if !*denied {
+			// Counted from the events, so that a run still going shows what it spent so far.
+			for _, line := range budgetLines(usageOf(events)) {
+				fmt.Fprintf(a.stdout, "budget %s\n", line)
+			}
+		}
 	}
 	if err != nil {
 		a.errorf("log: %v", err)

@@ -52,6 +52,7 @@ func commands() []command {
 	return []command{
 		{"run", "run [flags] -- COMMAND [ARG...]", "run a command (an agent) inside the sandbox", (*app).cmdRun},
 		{"log", logUsage, "print a run's audit log: every DNS answer, connection and checked request, allowed or denied", (*app).cmdLog},
+		{"budget", budgetUsage, "print today's totals of the policy's per:day budgets and what is left", (*app).cmdBudget},
 		{"runs", runsUsage, "list this project's runs (--all: every project's) and what each changed", (*app).cmdRuns},
 		{"diff", "diff [--stat] RUN", "show what a run changed, as a git-style diff", (*app).cmdDiff},
 		{"apply", "apply [--include-risky] RUN", "carry a run's changes into the project", (*app).cmdApply},

@@ -10,15 +10,18 @@ import (
 )
 
 // printEnd says how a run ended, in at most two lines that each fit in 100 columns for an ordinary
-// invocation: the gateway's summary when the run had a network, then what became of the run. The
-// run's id appears once, in the command to type next, spelled with the name cordon was invoked by,
-// so that it can be copied as it is. A run removed because it changed nothing and allowed only
+// invocation (and one more per host with a budget, its usage): the gateway's summary when the run
+// had a network, then what became of the run. The run's id appears once, in the command to type
+// next, spelled with the name cordon was invoked by, so that it can be copied as it is. A run removed because it changed nothing and allowed only
 // connections goes with its audit log, which the line says; one removed without network leaves no
 // line at all (as docker run --rm prints nothing).
 func (a *app) printEnd(id string, exit cordon.Exit) {
 	net := exit.Network != nil
 	if net {
 		fmt.Fprintf(a.stderr, "cordon: network: %s\n", exit.Network)
+	}
+	for _, line := range budgetLines(exit.Budgets) {
+		fmt.Fprintf(a.stderr, "cordon: budget %s\n", line)
 	}
 	me := a.invokedName()
 	switch exit.Kept {

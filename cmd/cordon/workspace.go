@@ -73,6 +73,8 @@ type runRecord struct {
 	State    string    `json:"state"`
 	ExitCode int       `json:"exit_code"`
 	Changed  *int      `json:"changed"`
+	// Budgets are the run's spend per host with a budget (policy budgets), once it ended.
+	Budgets map[string]cordon.BudgetTotals `json:"budgets,omitempty"`
 }
 
 func runJSON(r *cordon.FinishedRun) runRecord {
@@ -82,12 +84,13 @@ func runJSON(r *cordon.FinishedRun) runRecord {
 		n := len(cs)
 		rec.Changed = &n
 	}
+	rec.Budgets, _ = r.Budgets()
 	return rec
 }
 
 func (a *app) printRuns(runs []*cordon.FinishedRun) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPROJECT\tCOMMAND\tSTARTED\tSTATE\tCHANGED")
+	fmt.Fprintln(tw, "ID\tPROJECT\tCOMMAND\tSTARTED\tSTATE\tCHANGED\tCOST")
 	for _, r := range runs {
 		changed := "?"
 		if cs, err := r.Changes(); err == nil {
@@ -102,8 +105,8 @@ func (a *app) printRuns(runs []*cordon.FinishedRun) {
 		if m.Name != "" {
 			id += " (" + m.Name + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Project, abbreviate(strings.Join(m.Command, " "), 40),
-			m.Started.Local().Format(time.DateTime), state, changed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, m.Project, abbreviate(strings.Join(m.Command, " "), 40),
+			m.Started.Local().Format(time.DateTime), state, changed, runCost(r))
 	}
 	tw.Flush()
 }
@@ -294,4 +297,21 @@ func parseAge(s string) (time.Duration, error) {
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)
+}
+
+// runCost is what a run spent on hosts with a budget, at the policy's prices: "-" for a run without
+// budgets (or still going), "?" when its totals cannot be read.
+func runCost(r *cordon.FinishedRun) string {
+	totals, err := r.Budgets()
+	switch {
+	case err != nil:
+		return "?"
+	case totals == nil:
+		return "-"
+	}
+	var usd float64
+	for _, t := range totals {
+		usd += t.CostUSD
+	}
+	return dollars(usd)
 }

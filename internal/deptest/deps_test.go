@@ -91,6 +91,11 @@ var rules = []rule{
 		Why:    "a leaf: the one definition of a valid host name for the policy, DNS, TLS SNI and HTTP, which all import it",
 	},
 	{
+		From:   m("internal/budget"),
+		Forbid: []string{m("internal/egress/..."), m("internal/policy/..."), m("internal/sandbox/..."), m("internal/creds/...")},
+		Why:    "spend metering is arithmetic over the APIs' wire formats: the interceptor and the library use it, it knows neither",
+	},
+	{
 		From:   m("internal/origdst"),
 		Forbid: []string{m("...")},
 		Why:    "a leaf: reading a redirected connection's original destination, shared by the gateway and the redirect rules' tests",

@@ -35,6 +35,7 @@ type Policy struct {
 	Sandbox     Sandbox
 	Network     *Network
 	Credentials []Credential
+	Budgets     []Budget
 	// Source is the file the policy was read from, or BuiltinSource.
 	Source string
 }
@@ -116,6 +117,10 @@ func (d *decoder) policy(root *yaml.Node) (*Policy, error) {
 			p.Credentials, err = d.credentials(v, path)
 			return err
 		}},
+		field{"budgets", func(v *yaml.Node, path string) (err error) {
+			p.Budgets, err = d.budgets(v, path)
+			return err
+		}},
 	)
 	if err != nil {
 		return nil, err
@@ -136,6 +141,9 @@ func (d *decoder) policy(root *yaml.Node) (*Policy, error) {
 	if len(p.Credentials) > 0 && p.Network == nil {
 		return nil, d.errf(seen["credentials"], "credentials",
 			"credentials need a network section that allows their hosts (a credential is only used on requests to them)")
+	}
+	if err := d.checkBudgets(p, seen["budgets"]); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

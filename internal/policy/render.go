@@ -43,6 +43,7 @@ type docPolicy struct {
 	Sandbox     docSandbox      `yaml:"sandbox"`
 	Network     *docNetwork     `yaml:"network,omitempty"`
 	Credentials []docCredential `yaml:"credentials,omitempty"`
+	Budgets     []docBudget     `yaml:"budgets,omitempty"`
 }
 
 type docFilesystem struct {
@@ -249,6 +250,7 @@ func (p *Policy) doc() docPolicy {
 		}
 		d.Credentials = append(d.Credentials, dc)
 	}
+	d.Budgets = docBudgets(p.Budgets)
 	return d
 }
 

@@ -300,3 +300,12 @@ func isAWSRegion(s string) bool {
 	}
 	return true
 }
+
+// hostMatches reports whether the exact host name host matches pattern: the same name, or a proper
+// subdomain of a "*.domain" wildcard (never its apex).
+func hostMatches(pattern, host string) bool {
+	if base, wild := strings.CutPrefix(pattern, "*."); wild {
+		return strings.HasSuffix(host, "."+base)
+	}
+	return pattern == host
+}

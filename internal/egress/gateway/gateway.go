@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/budget"
 	"github.com/cordon-sandbox/cordon/internal/egress"
 	"github.com/cordon-sandbox/cordon/internal/egress/dns"
 	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
@@ -69,6 +70,9 @@ type Config struct {
 	// Redactions lists the credential values sent to a host, to be put back to their placeholders
 	// in its answers (creds.Set.Redactions); nil searches nothing.
 	Redactions func(name string) []redact.Pair
+	// Budgets bound and meter the requests to the hosts they name (policy budgets), which must be
+	// intercepted; nil meters nothing.
+	Budgets *budget.Ledger
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -193,7 +197,7 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	}
 	g.ic, err = intercept.New(intercept.Config{
 		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
-		Notify: notify,
+		Notify: notify, Budgets: cfg.Budgets,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
 			return g.proxy.DialUpstream(ctx, name, port)

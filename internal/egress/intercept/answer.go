@@ -35,6 +35,10 @@ func modifyResponse(res *http.Response) error {
 			return fmt.Errorf("%w, in an informational (1xx) answer", ex.err1xx)
 		}
 	}
+	if ex != nil && ex.spend != nil {
+		// Metered beneath everything else: the usage is what the upstream sent.
+		ex.spend.meterAnswer(res)
+	}
 	// A body of known length is read in full chunks (fullReader), which already wait for the
 	// bytes whatever they are: its search needs no release, and keeps its copy-free path.
 	idle := releaseDelay

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/budget"
 	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
@@ -36,6 +37,8 @@ type exchange struct {
 	// refuseFrame records it (frameRefused).
 	frameRefusal atomic.Pointer[string]
 	refuseFrame  func(reason string)
+	// spend meters the request against its host's budget (budget.go); nil when it has none.
+	spend *spend
 }
 
 // frameRefused records, once, that a websocket frame from the upstream was refused: as an audit
@@ -83,6 +86,9 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		if body != nil {
 			ev.BytesOut = body.n.Load()
+		}
+		if ex.spend != nil {
+			recordBudget(&ev, ex.spend)
 		}
 		ev.BytesIn = cw.n
 		ev.Duration = time.Since(start)
@@ -162,6 +168,22 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		if c.scheme != "https" && details[audit.DetailCredentials] != "" {
 			// Fail closed should a hook put a credential into a request that would go out in cleartext.
 			deny(http.StatusBadGateway, gatewayRule, "the credential hook put a credential into a plain-HTTP request", "")
+			return
+		}
+	}
+	spend, api, err := i.admit(r, c.name)
+	if err != nil {
+		ev.Rule, ev.Reason = budgetRefusal(err), err.Error()
+		ex.status = http.StatusTooManyRequests
+		refuseBudget(cw, api, err.Error())
+		if i.notify != nil {
+			i.notify(c.name+" budget "+ev.Rule, strings.TrimPrefix(err.Error(), "cordon: "))
+		}
+		return
+	}
+	if ex.spend = spend; spend != nil && api == budget.OpenAI {
+		if err := askForUsage(r); err != nil {
+			deny(http.StatusBadRequest, gatewayRule, err.Error(), "")
 			return
 		}
 	}

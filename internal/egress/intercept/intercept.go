@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/budget"
 	"github.com/cordon-sandbox/cordon/internal/redact"
 )
 
@@ -65,6 +66,9 @@ type Config struct {
 	// unencoded answer, and one in an encoding that cannot be searched (other than gzip) is refused
 	// with 502.
 	Redactions func(name string) []redact.Pair
+	// Budgets, if set, bound the requests to the hosts they name and meter the usage their answers
+	// report: a request past a budget is answered 429 in the API's own error format.
+	Budgets *budget.Ledger
 	// Recorder gets one audit.Event of Kind audit.KindHTTP per request. Nil records nothing.
 	Recorder audit.Recorder
 	// Notify, if set, gets a one-line account of each refused request ("blocked METHOD URL: reason —
@@ -86,6 +90,7 @@ type Interceptor struct {
 	modify  func(*http.Request, string) (map[string]string, error)
 	// redactions is Config.Redactions.
 	redactions func(string) []redact.Pair
+	budgets    *budget.Ledger
 	rec        audit.Recorder
 	notify     func(key, line string)
 	tr1        *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
@@ -122,6 +127,7 @@ func New(cfg Config) (*Interceptor, error) {
 		all:        cfg.All,
 		modify:     cfg.Modify,
 		redactions: cfg.Redactions,
+		budgets:    cfg.Budgets,
 		rec:        cfg.Recorder,
 		notify:     cfg.Notify,
 		errLog:     log.New(io.Discard, "", 0),

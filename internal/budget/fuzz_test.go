@@ -1,0 +1,67 @@
+package budget
+
+import (
+	"strings"
+	"testing"
+)
+
+// fuzzMeter checks one body, split at cut: the Meter never panics, holds bounded memory, and reads
+// the same usage however the body is split (a known figure is never lost to a split).
+func fuzzMeter(t *testing.T, api API, ct string, body []byte, cut uint) {
+	whole := meter(api, ct, body)
+	c := int(cut % uint(len(body)+1))
+	m := NewMeter(api, ct)
+	m.Write(body[:c])
+	mid := m.Usage()
+	m.Write(body[c:])
+	if got := m.Usage(); got != whole {
+		// Usage mid-answer (a hard budget's check) must not disturb the meter.
+		t.Fatalf("split at %d with Usage between: %+v (after %+v), whole: %+v", c, got, mid, whole)
+	}
+	if got := meter(api, ct, body[:c], body[c:]); got != whole {
+		t.Fatalf("split at %d: %+v, whole: %+v", c, got, whole)
+	}
+	if held := cap(m.doc.str) + cap(m.doc.capBuf) + len(m.doc.captures)*maxCapture; held > 8*maxCapture {
+		t.Fatalf("meter holds %d bytes", held)
+	}
+	if m.sse != nil && (cap(m.sse.field) > 2*maxField || cap(m.sse.name) > 2*maxName) {
+		t.Fatalf("sse parser holds %d+%d bytes", cap(m.sse.field), cap(m.sse.name))
+	}
+	if whole.Input < 0 || whole.Output < 0 || whole.CacheRead < 0 || whole.CacheWrite < 0 {
+		t.Fatalf("negative usage %+v", whole)
+	}
+}
+
+func addSeeds(f *testing.F, suffix string) {
+	for _, tc := range meterCases {
+		if strings.HasSuffix(tc.file, suffix) {
+			f.Add(readTestdata(f, tc.file), uint(17), tc.api == OpenAI)
+		}
+	}
+}
+
+func FuzzMeterSSE(f *testing.F) {
+	addSeeds(f, ".sse")
+	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\r\n\r\n"), uint(30), true)
+	f.Add([]byte("event:message_start\ndata:{\"type\":\"message_start\",\ndata:\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n"), uint(3), false)
+	f.Fuzz(func(t *testing.T, body []byte, cut uint, openai bool) {
+		api := Anthropic
+		if openai {
+			api = OpenAI
+		}
+		fuzzMeter(t, api, ctSSE, body, cut)
+	})
+}
+
+func FuzzMeterJSON(f *testing.F) {
+	addSeeds(f, ".json")
+	f.Add([]byte(`{"usage":{"input_tokens":1,"output_tokens":2}}`), uint(9), false)
+	f.Add([]byte(`[{"usage":1}]}}{"usage":{"prompt_tokens":4,"completion_tokens":2}}`), uint(12), true)
+	f.Fuzz(func(t *testing.T, body []byte, cut uint, openai bool) {
+		api := Anthropic
+		if openai {
+			api = OpenAI
+		}
+		fuzzMeter(t, api, ctJSON, body, cut)
+	})
+}

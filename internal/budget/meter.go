@@ -1,0 +1,183 @@
+package budget
+
+import (
+	"encoding/json"
+	"mime"
+	"strings"
+)
+
+// Meter reads the usage of one answer from its body as it streams to the client: a tee whose
+// Write never fails and never changes the bytes. It holds a few kilobytes whatever the answer's
+// size. A Meter is not safe for concurrent use; Usage may be called between Writes (a hard budget
+// checks the usage so far) and after the body ended.
+type Meter struct {
+	api API
+	sse *sseParser // nil for a JSON answer
+	doc scanner    // the JSON answer, or the data of the current event
+
+	// What the answer reported so far.
+	usage    Usage
+	started  bool // Anthropic: message_start's usage was read
+	finished bool // the figures are final (JSON usage, Anthropic message_delta, OpenAI usage)
+	invalid  bool // a usage object did not parse: the answer's usage is unknown
+}
+
+// NewMeter meters an answer of api whose Content-Type is contentType: text/event-stream is read as
+// server-sent events, anything else as one JSON document. An api of "" (a path APIFor does not
+// know) reads nothing: the answer's usage is unknown. The body must be the decoded one: the caller
+// asks the API for an identity encoding or decodes before metering.
+func NewMeter(api API, contentType string) *Meter {
+	m := &Meter{api: api}
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil && strings.EqualFold(mt, "text/event-stream") {
+		m.sse = &sseParser{onData: m.doc.Write, onEvent: m.event}
+	}
+	return m
+}
+
+// Write reads p; it always returns len(p), nil.
+func (m *Meter) Write(p []byte) (int, error) {
+	if m.api == "" {
+		return len(p), nil
+	}
+	if m.sse != nil {
+		m.sse.Write(p)
+	} else {
+		m.doc.Write(p)
+	}
+	return len(p), nil
+}
+
+// Usage is the usage the answer reported. Known is true only once the figures are final; before
+// that (or for an answer that ended early) it has what was read so far.
+func (m *Meter) Usage() Usage {
+	if m.sse == nil {
+		// A JSON answer's usage is its last complete top-level "usage" object, read afresh on
+		// each call so that a call mid-answer changes nothing.
+		j := Meter{api: m.api}
+		if j.api != "" && j.read(m.doc.captures[pathUsage], j.api) {
+			j.finished = true
+		}
+		j.usage.Known = j.finished && !j.invalid
+		return j.usage
+	}
+	u := m.usage
+	u.Known = m.finished && !m.invalid
+	return u
+}
+
+// event handles one complete server-sent event named name (the data went through m.doc).
+func (m *Meter) event(name string) {
+	m.doc.end()
+	c := m.doc.captures
+	typ := name
+	if raw, ok := c[pathType]; ok {
+		var t string
+		if json.Unmarshal(raw, &t) == nil {
+			typ = t
+		}
+	}
+	switch m.api {
+	case Anthropic:
+		switch typ {
+		case "message_start":
+			if m.read(c[pathMessageUsage], Anthropic) {
+				m.started = true
+			}
+		case "message_delta":
+			// Cumulative figures: the last one counts. Only a delta after message_start
+			// completes the usage (the input figures come from message_start).
+			if m.read(c[pathUsage], Anthropic) && m.started {
+				m.finished = true
+			}
+		}
+	case OpenAI:
+		// Chat completions: the final chunk's "usage" (null in the others). Responses:
+		// response.completed (or .incomplete, .failed) carries response.usage.
+		if raw := c[pathResponseUsage]; raw != nil && strings.HasPrefix(typ, "response.") {
+			if m.read(raw, OpenAI) {
+				m.finished = true
+			}
+		} else if m.read(c[pathUsage], OpenAI) {
+			m.finished = true
+		}
+	}
+	m.doc.reset()
+}
+
+// wireUsage is a usage object of either API; the pointers tell a missing figure from a zero.
+type wireUsage struct {
+	InputTokens      *int64 `json:"input_tokens"`
+	OutputTokens     *int64 `json:"output_tokens"`
+	CacheRead        *int64 `json:"cache_read_input_tokens"`
+	CacheCreation    *int64 `json:"cache_creation_input_tokens"`
+	PromptTokens     *int64 `json:"prompt_tokens"`
+	CompletionTokens *int64 `json:"completion_tokens"`
+	PromptDetails    *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+}
+
+// read sets m.usage from the usage object raw (nil or JSON null: no usage here) and says whether
+// it carried the figures a final usage needs. A usage object that is present but wrong (not an
+// object, a negative figure) makes the answer's usage unknown rather than zero.
+func (m *Meter) read(raw []byte, api API) bool {
+	if raw == nil || string(raw) == "null" {
+		return false
+	}
+	var w wireUsage
+	if err := json.Unmarshal(raw, &w); err != nil {
+		m.invalid = true
+		return false
+	}
+	for _, p := range []*int64{w.InputTokens, w.OutputTokens, w.CacheRead, w.CacheCreation, w.PromptTokens, w.CompletionTokens} {
+		if p != nil && *p < 0 {
+			m.invalid = true
+			return false
+		}
+	}
+	val := func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	switch api {
+	case Anthropic:
+		// input_tokens excludes the cache; message_delta may carry only output_tokens.
+		if w.InputTokens != nil {
+			m.usage.Input = *w.InputTokens
+		}
+		if w.CacheRead != nil {
+			m.usage.CacheRead = *w.CacheRead
+		}
+		if w.CacheCreation != nil {
+			m.usage.CacheWrite = *w.CacheCreation
+		}
+		if w.OutputTokens != nil {
+			m.usage.Output = *w.OutputTokens
+		}
+		return w.OutputTokens != nil && (w.InputTokens != nil || m.started)
+	case OpenAI:
+		in, out, cached := w.PromptTokens, w.CompletionTokens, w.PromptDetails
+		if in == nil && out == nil { // Responses API
+			in, out, cached = w.InputTokens, w.OutputTokens, w.InputDetails
+		}
+		if in == nil || out == nil {
+			return false
+		}
+		var c int64
+		if cached != nil {
+			c = val(cached.CachedTokens)
+		}
+		if c < 0 || c > *in {
+			m.invalid = true
+			return false
+		}
+		m.usage = Usage{Input: *in - c, CacheRead: c, Output: *out}
+		return true
+	}
+	return false
+}
