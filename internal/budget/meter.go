@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"bytes"
 	"encoding/json"
 	"mime"
 	"strings"
@@ -20,7 +21,16 @@ type Meter struct {
 	started  bool // Anthropic: message_start's usage was read
 	finished bool // the figures are final (JSON usage, Anthropic message_delta, OpenAI usage)
 	invalid  bool // a usage object did not parse: the answer's usage is unknown
+
+	// The current event's data is held (up to maxHold) rather than scanned until it is known
+	// to carry a usage figure: most events (text deltas) carry none and are dropped unscanned.
+	hold     []byte // the current event's data, not yet scanned
+	scanning bool   // the current event's data goes to doc as it comes
+	seen     int    // hold[:seen] has no "usage" key still to be judged
 }
+
+// maxHold bounds the data of an event held unscanned; a longer event is scanned.
+const maxHold = 4 << 10
 
 // NewMeter meters an answer of api whose Content-Type is contentType: text/event-stream is read as
 // server-sent events, anything else as one JSON document. An api of "" (a path APIFor does not
@@ -29,7 +39,7 @@ type Meter struct {
 func NewMeter(api API, contentType string) *Meter {
 	m := &Meter{api: api}
 	if mt, _, err := mime.ParseMediaType(contentType); err == nil && strings.EqualFold(mt, "text/event-stream") {
-		m.sse = &sseParser{onData: m.doc.Write, onEvent: m.event}
+		m.sse = &sseParser{onData: m.data, onEvent: m.endEvent}
 	}
 	return m
 }
@@ -63,6 +73,84 @@ func (m *Meter) Usage() Usage {
 	u := m.usage
 	u.Known = m.finished && !m.invalid
 	return u
+}
+
+// data reads the next bytes of the current event's data.
+func (m *Meter) data(p []byte) {
+	switch {
+	case m.scanning:
+		m.doc.Write(p)
+	case len(m.hold)+len(p) > maxHold:
+		m.scan()
+		m.doc.Write(p)
+	default:
+		m.hold = append(m.hold, p...)
+		if m.mayHaveUsage(false) {
+			m.scan()
+		}
+	}
+}
+
+// scan sends the data held to doc, and the rest of the event's data after it.
+func (m *Meter) scan() {
+	m.scanning = true
+	m.doc.Write(m.hold)
+	m.hold = m.hold[:0]
+}
+
+// endEvent ends the current event, named name: an event whose data was not scanned carries no
+// usage and changes nothing.
+func (m *Meter) endEvent(name []byte) {
+	if !m.scanning && m.mayHaveUsage(true) {
+		m.scan()
+	}
+	if m.scanning {
+		m.event(string(name))
+	}
+	m.hold, m.scanning, m.seen = m.hold[:0], false, 0
+}
+
+var usageKey = []byte(`"usage"`)
+
+// mayHaveUsage says whether the data held may give event a usage figure; final says it is the
+// event's whole data. A usage capture needs a key "usage", so the literal bytes "usage" in quotes
+// (a key with escapes is no key the scanner matches), and one that is "usage":null followed by a
+// byte that ends a scalar (or by the data's end) yields at most a null capture, which reads as no
+// usage. Anything else — another value, a key cut by the end of what is held — says maybe.
+func (m *Meter) mayHaveUsage(final bool) bool {
+	const null = ":null"
+	for {
+		// Search for the key without its opening quote, a byte JSON is full of: fewer false starts.
+		i := -1
+		if m.seen < len(m.hold) {
+			i = bytes.Index(m.hold[m.seen+1:], usageKey[1:])
+		}
+		if i < 0 {
+			m.seen = max(m.seen, len(m.hold)-len(usageKey)+1)
+			return false
+		}
+		if m.seen += i; m.hold[m.seen] != '"' {
+			m.seen++
+			continue
+		}
+		rest := m.hold[m.seen+len(usageKey):]
+		n := min(len(rest), len(null))
+		if string(rest[:n]) != null[:n] {
+			return true
+		}
+		if len(rest) == len(null) && final {
+			// At the data's end a scalar ends with it: a null capture.
+			m.seen += len(usageKey)
+			continue
+		}
+		if len(rest) <= len(null) {
+			return final // not yet decided: wait for more, or scan if there is no more
+		}
+		if c := rest[len(null)]; c != ',' && c != '}' && c != ']' && !isSpace(c) {
+			return true
+		}
+		m.seen += len(usageKey)
+	}
 }
 
 // event handles one complete server-sent event named name (the data went through m.doc).
