@@ -19,6 +19,18 @@ var boundSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 func (e *ExecError) locate(spec *sandbox.Spec, callerPath string) {
 	missing := e.Path
 	if e.Interpreter != "" {
+		// The interpreter comes from a #! line the agent may have written: print it only as
+		// printable text, and never look a path of its choosing up on the host (whether it
+		// exists there would be an answer to the agent).
+		e.Interpreter = strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return -1
+			}
+			return r
+		}, e.Interpreter)
+		if strings.Contains(e.Interpreter, "/") {
+			return
+		}
 		missing = e.Interpreter
 	}
 	e.Host = hostLookup(missing, callerPath)

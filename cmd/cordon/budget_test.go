@@ -302,6 +302,9 @@ func TestBudgetRefusal(t *testing.T) {
 		if n := len(f.anthropic.Requests()); n != 2 {
 			t.Errorf("the refused request reached the upstream: it saw %d requests", n)
 		}
+		if n := len(f.oai.Requests()); n != 1 {
+			t.Errorf("the refused openai request reached the upstream: it saw %d requests", n)
+		}
 		if !strings.Contains(r.stderr, wantMsg) || !strings.Contains(r.stderr, "cordon: budget maxRequests 1 for openai.test spent") {
 			t.Errorf("cordon's stderr lacks the budget lines:\n%s", r.stderr)
 		}

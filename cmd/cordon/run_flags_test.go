@@ -187,9 +187,15 @@ i=0; while [ $i -lt 60 ]; do sleep 2 & i=$((i+1)); done; echo FORKED $i`
 		if r := h.cordon(nil, "", "run", "--", "sh", "-c", script); !strings.Contains(r.stdout, "ALLOC-OK") || !strings.Contains(r.stdout, "FORKED 60") {
 			t.Skipf("control: this host does not run the probe without limits:\n%s", r)
 		}
-		r := h.cordon(nil, "", "run", "--memory", "96m", "--pids-limit", "30", "--", "sh", "-c", script)
+		// One flag a run: an out-of-memory kill of the whole run (memory.oom.group) would otherwise
+		// end it before the fork loop, and the pids check could not fail.
+		r := h.cordon(nil, "", "run", "--memory", "96m", "--", "sh", "-c", script)
 		if strings.Contains(r.stdout, "ALLOC-OK") {
 			t.Errorf("--memory 96m: 200MiB were allocated:\n%s", r)
+		}
+		r = h.cordon(nil, "", "run", "--pids-limit", "30", "--", "sh", "-c", script)
+		if !strings.Contains(r.stdout, "ALLOC-OK") {
+			t.Fatalf("--pids-limit alone: the allocation before the fork loop failed, so the loop proves nothing:\n%s", r)
 		}
 		if strings.Contains(r.stdout, "FORKED 60") {
 			t.Errorf("--pids-limit 30: 60 processes were started:\n%s", r)

@@ -181,3 +181,28 @@ func TestDayStoreCorrupt(t *testing.T) {
 		t.Fatal("Admit with a corrupt day file: nil")
 	}
 }
+
+// TestDayUnsavedRefuses: when the day's totals cannot be written (here the lock file is a
+// directory), the answer is not lost from view: the budget refuses from then on instead of reading
+// a day file that no longer holds what was spent.
+func TestDayUnsavedRefuses(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenDayStore(dir, "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := NewLedger([]Spec{daySpec(10)}, d, "R")
+	b := l.For("api.example")
+	if err := b.Admit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, d.key+".lock"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Record(Usage{Input: 1, Known: true}); err == nil {
+		t.Fatal("Record with an unwritable day store: nil")
+	}
+	if err := b.Admit(); err == nil {
+		t.Fatal("Admit after a day total could not be saved: nil (the spend would go uncounted)")
+	}
+}

@@ -109,6 +109,9 @@ type Budget struct {
 	mu       sync.Mutex
 	totals   Totals // this run's
 	inflight int64  // admitted, not yet recorded
+	// unsaved is why a per:day total could not be written; the budget then refuses (Admit) for
+	// the rest of the run, since the day's file no longer holds what was spent.
+	unsaved error
 }
 
 // API is the budget's API, "" for auto (by path: APIFor).
@@ -171,7 +174,10 @@ func (b *Budget) Record(u Usage) error {
 	b.totals.add(u, b.spec.Prices)
 	if b.day != nil {
 		if err := b.day.add(b.host, u, b.spec.Prices); err != nil {
-			return fmt.Errorf("budget %s: %w", b.spec.Source, err)
+			// Fail closed: usage the day's file did not take would be invisible to the next Admit,
+			// which reads the file, so this budget refuses from now on.
+			b.unsaved = fmt.Errorf("budget %s: the day's totals could not be saved: %w", b.spec.Source, err)
+			return b.unsaved
 		}
 	}
 	return nil
@@ -182,6 +188,9 @@ func (b *Budget) Record(u Usage) error {
 func (b *Budget) spentLocked() (t Totals, day string, err error) {
 	if b.day == nil {
 		return b.totals, "", nil
+	}
+	if b.unsaved != nil {
+		return Totals{}, "", b.unsaved
 	}
 	all, day, err := b.day.today()
 	if err != nil {

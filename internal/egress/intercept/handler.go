@@ -139,6 +139,12 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		x.overrides = overridesOf(r.Header)
 		x.body = bodyless(r.Method) && hasBody(r)
+	} else if bodyless(r.Method) && hasBody(r) {
+		// A host intercepted for a credential or inspection has no rule that could allow it: a
+		// body on a bodyless method is what an upstream that ignores it reads as a second request
+		// (and a body credential would be put into it), as the plain-HTTP forwarder refuses too.
+		deny(http.StatusBadRequest, gatewayRule, fmt.Sprintf("a body on %s is refused (an upstream may read it as another request)", r.Method), "")
+		return
 	}
 	v := i.rules.judgeExtras(c.name, r.Method, target, x)
 	if !v.allow {

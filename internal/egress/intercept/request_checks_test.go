@@ -186,3 +186,34 @@ func TestJudgeExtras(t *testing.T) {
 		t.Errorf("a header that is not an override was accepted: %v", err)
 	}
 }
+
+// TestBodylessMethodBodyOnCredentialHost: a host intercepted for a credential alone (no rule could
+// allow it) refuses a body on GET, which an upstream that ignores it would read as a second request;
+// a POST's body and a GET without one go on.
+func TestBodylessMethodBodyOnCredentialHost(t *testing.T) {
+	up := newUpstream(t, nil, false)
+	s := newSetup(t, up, "api.example.com", false, func(c *Config) { c.Hosts = []string{"api.example.com"} })
+	for _, tc := range []struct {
+		method, target, head, body string
+		status                     int
+	}{
+		{"GET", "/smuggle", "Content-Length: 5\r\n", "hello", 400},
+		{"DELETE", "/smuggle2", "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n", 400},
+		{"GET", "/plain", "", "", 200},
+		{"POST", "/post", "Content-Length: 5\r\n", "hello", 200},
+	} {
+		c, br := s.raw(t)
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n%s", tc.method, tc.target, s.hostPort(), tc.head, tc.body)
+		resp, err := http.ReadResponse(br, &http.Request{Method: tc.method})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.target, resp.StatusCode, tc.status)
+		}
+		if seen := up.sawURI(tc.target); seen != (tc.status == 200) {
+			t.Errorf("%s %s: the upstream saw it: %v", tc.method, tc.target, seen)
+		}
+	}
+}

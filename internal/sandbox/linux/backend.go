@@ -331,7 +331,12 @@ func (l *launched) clone() error {
 // and keep root's group rights), so setgroups must be allowed there. Nothing in the sandbox can
 // call setgroups later: every capability is dropped before the command runs.
 func (l *launched) idMappings(u sandbox.User) (uidMap, gidMap []syscall.SysProcIDMap, cred *syscall.Credential, err error) {
-	hostUID, hostGID := os.Getuid(), os.Getgid()
+	// The effective ids are what the kernel checks; a cordon whose real and effective ids differ
+	// (installed setuid, or a wrapper that set only one) would map the one and act as the other.
+	hostUID, hostGID := os.Geteuid(), os.Getegid()
+	if hostUID != os.Getuid() || hostGID != os.Getgid() {
+		return nil, nil, nil, fmt.Errorf("cordon's real and effective ids differ (uid %d/%d, gid %d/%d): run it as one user, not setuid or through a wrapper that sets only one", os.Getuid(), hostUID, os.Getgid(), hostGID)
+	}
 	if hostUID == 0 {
 		ids, err := rootHostIDs(u, hostIDFiles())
 		if err != nil {

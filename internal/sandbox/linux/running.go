@@ -97,6 +97,12 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 		<-s.done
 		return &sandbox.ExecError{Path: cfg.Spec.Args[0], NotFound: m.NotFound, Interpreter: m.Interpreter, NoExecBit: m.NoExecBit, Err: errors.New(m.Error)}
 	case *startedMsg:
+		if s.wantEgress && s.egress == nil {
+			// Fail closed: init said the command started without handing over the gateway's sockets.
+			s.Kill()
+			<-s.done
+			return &sandbox.SetupError{Step: "egress", Err: errors.New("the sandbox started without the gateway's sockets")}
+		}
 		for _, w := range m.Warnings {
 			s.warn(w)
 		}

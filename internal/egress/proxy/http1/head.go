@@ -143,7 +143,7 @@ func ParseFields(lines []string) ([]Field, error) {
 	for _, l := range lines {
 		name, value, ok := strings.Cut(l, ":")
 		if !ok || !IsToken(name) {
-			return nil, fmt.Errorf("header line %q: %w", Truncate(l, 40), ErrMalformed)
+			return nil, fmt.Errorf("header line %q: %w", Truncate(name, 40), ErrMalformed)
 		}
 		value = strings.Trim(value, " \t")
 		for i := 0; i < len(value); i++ {
@@ -165,7 +165,7 @@ func ParseRequest(raw []byte) (*Request, error) {
 	r := &Request{Raw: raw, ContentLength: -1}
 	parts := strings.Split(start, " ")
 	if len(parts) != 3 {
-		return nil, fmt.Errorf("request line %q: %w", Truncate(start, 60), ErrMalformed)
+		return nil, fmt.Errorf("request line %q: %w", Truncate(noQuery(start), 60), ErrMalformed)
 	}
 	r.Method, r.Target, r.Version = parts[0], parts[1], parts[2]
 	if !IsToken(r.Method) {
@@ -283,7 +283,7 @@ func (r *Request) parseTarget() error {
 	default:
 		scheme, rest, ok := strings.Cut(t, "://")
 		if !ok || !isScheme(scheme) {
-			return fmt.Errorf("request target %q: %w", Truncate(t, 60), ErrMalformed)
+			return fmt.Errorf("request target %q: %w", Truncate(noQuery(t), 60), ErrMalformed)
 		}
 		if strings.Contains(rest, "#") {
 			return fmt.Errorf("fragment in the request target: %w", ErrMalformed)
@@ -294,7 +294,7 @@ func (r *Request) parseTarget() error {
 		}
 		a, err := ParseAuthority(rest[:end], false)
 		if err != nil {
-			return fmt.Errorf("request target %q: %w", Truncate(t, 60), err)
+			return fmt.Errorf("request target %q: %w", Truncate(noQuery(t), 60), err)
 		}
 		r.Form, r.Scheme, r.URI = "absolute", strings.ToLower(scheme), a
 		r.PathQuery = rest[end:]
@@ -424,6 +424,16 @@ func IsHex(s string) bool {
 func Truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "…"
+	}
+	return s
+}
+
+// noQuery cuts s at its first '?': errors and audit details quote a request's target or line, never
+// its query, which may carry a token (the audit log records paths without queries throughout). A
+// malformed header line is quoted by its name alone, for the same reason.
+func noQuery(s string) string {
+	if i := strings.IndexByte(s, '?'); i >= 0 {
+		return s[:i] + "?…"
 	}
 	return s
 }
