@@ -5,5 +5,7 @@ package cordon
 import "github.com/cordon-sandbox/cordon/internal/sandbox"
 
 // newBackend is the box for an Isolation that check has accepted: none on this platform, whose
-// Launch says so (ErrUnsupported).
-func newBackend(Isolation) sandbox.Backend { return sandbox.Unsupported{} }
+// Launch says so.
+func newBackend(Isolation, string, []string) (sandbox.Backend, error) {
+	return sandbox.Unsupported{}, nil
+}

@@ -25,8 +25,12 @@ type Config struct {
 	Env []string
 	// Streams are the command's standard streams; nil ones are the null device.
 	Streams Streams
-	// Isolation chooses the kind of box; the zero value is IsolationNative.
+	// Isolation chooses the kind of box; the zero value is the policy's sandbox.isolation, else
+	// IsolationNative. It may make the policy's tier stronger, never weaker.
 	Isolation Isolation
+	// Runsc is the runsc binary for IsolationGVisor; empty means the policy's sandbox.runsc, else
+	// the first runsc on the PATH of Env, else $HOME/go/bin/runsc.
+	Runsc string
 	// StateDir is where runs are kept; empty means cordon's default for the caller
 	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
 	StateDir string
@@ -77,21 +81,39 @@ type Streams struct {
 // kernel.
 type Isolation string
 
-// The kinds of box. Only the native one exists today; others come behind the same backend
-// interface.
+// The kinds of box, weakest first. Others come behind the same backend interface.
 const (
 	// IsolationNative is cordon's own Linux sandbox: namespaces, a pivoted root, Landlock, seccomp
 	// and cgroups, on the host kernel.
 	IsolationNative Isolation = "native"
+	// IsolationGVisor is the same box with the command on gVisor's user-space kernel (runsc): its
+	// system calls reach gVisor's Sentry, not the host's kernel. It needs runsc, and cordon running
+	// as root.
+	IsolationGVisor Isolation = "gvisor"
 )
 
 // check reports an Isolation this build does not know.
 func (i Isolation) check() error {
 	switch i {
-	case "", IsolationNative:
+	case "", IsolationNative, IsolationGVisor:
 		return nil
 	}
-	return fmt.Errorf("isolation %q is not known (this cordon has: %s)", string(i), IsolationNative)
+	return fmt.Errorf("isolation %q is not known (this cordon has: %s, %s)", string(i), IsolationNative, IsolationGVisor)
+}
+
+// resolve is the tier of a run: the caller's, or the policy's when the caller names none; a caller
+// asking for a weaker tier than the policy's is refused, since nothing outside the policy weakens it.
+func (i Isolation) resolve(pol string) (Isolation, error) {
+	p := Isolation(pol)
+	switch {
+	case i == "" && p == "":
+		return IsolationNative, nil
+	case i == "":
+		return p, nil
+	case i == IsolationNative && p == IsolationGVisor:
+		return "", fmt.Errorf("isolation %s: the policy's sandbox.isolation is %s, which a run may not weaken", i, p)
+	}
+	return i, nil
 }
 
 // Warning is something the user should know about a run that does not stop it.

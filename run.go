@@ -1,6 +1,7 @@
 package cordon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,6 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := CheckName(cfg.Name); err != nil {
 		return nil, err
 	}
-	backend := newBackend(cfg.Isolation)
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
@@ -152,6 +152,14 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	isolation, err := cfg.Isolation.resolve(pol.Sandbox.Isolation)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := newBackend(isolation, cmp.Or(cfg.Runsc, pol.Sandbox.Runsc), env)
+	if err != nil {
+		return nil, &SetupError{Err: err}
 	}
 
 	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's

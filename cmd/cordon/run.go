@@ -103,6 +103,7 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, keep bool,
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
 		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep,
+		Isolation: cordon.Isolation(rf.isolation),
 		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
 		StateDir:  a.store().Dir,
 		OnWarning: a.printWarning,

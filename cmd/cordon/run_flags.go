@@ -31,7 +31,9 @@ type runFlags struct {
 	noNet   bool
 	workdir string
 	name    string
-	bad     error // the first bad value
+	// isolation is --isolation's tier ("" when not given).
+	isolation string
+	bad       error // the first bad value
 }
 
 // volume is one --volume: a host path, where it appears inside ("" for its own path), and whether
@@ -108,6 +110,13 @@ func (r *runFlags) register(fl *flag.FlagSet) {
 			return errors.New("must not be empty")
 		}
 		r.workdir = v
+		return nil
+	})
+	r.add(fl, []string{"isolation"}, "run the command in tier `TIER`: native (the default) or gvisor, gVisor's user-space kernel (needs runsc and root; sandbox.isolation)", func(v string) error {
+		if v != policy.IsolationNative && v != policy.IsolationGVisor {
+			return fmt.Errorf("%q is not an isolation tier (expected native or gvisor)", v)
+		}
+		r.isolation = v
 		return nil
 	})
 	r.add(fl, []string{"name"}, "call the run `NAME` (shown by cordon runs)", func(v string) error {

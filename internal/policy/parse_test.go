@@ -234,6 +234,8 @@ func TestParseErrors(t *testing.T) {
 		// sandbox
 		{"nesting string", "version: 1\nsandbox:\n  allowNesting: \"yes\"\n", `3:17: sandbox.allowNesting: expected true or false, got "yes"`},
 		{"hostname bad", "version: 1\nsandbox:\n  hostname: my_box\n", `3:13: sandbox.hostname: "my_box" is not a valid host name (expected letters, digits, - and dots, at most 64 characters)`},
+		{"isolation unknown", "version: 1\nsandbox:\n  isolation: kvm\n", `3:14: sandbox.isolation: "kvm" is not an isolation tier (expected native or gvisor)`},
+		{"runsc relative", "version: 1\nsandbox:\n  runsc: bin/runsc\n", `3:10: sandbox.runsc: "bin/runsc" is relative (expected an absolute path or one starting with ~/)`},
 
 		// network
 		{"net null", "version: 1\nnetwork:\n", "2:9: network: expected a mapping, got nothing (null)"},

@@ -36,6 +36,8 @@ const stepChecking = "checking the sandbox spec"
 type Backend struct {
 	// Exe is the cordon binary to re-execute as init and reaper; /proc/self/exe when empty.
 	Exe string
+	// Runtime, when set, runs the command under an OCI runtime started by init (the gVisor tier).
+	Runtime *Runtime
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -65,6 +67,9 @@ func (b *Backend) Launch(ctx context.Context, ls *sandbox.LaunchSpec) (sandbox.L
 	}
 	if ls.User.UID == 0 {
 		return nil, &sandbox.SetupError{Step: stepChecking, Err: errors.New("the sandbox user must not be root")}
+	}
+	if b.Runtime != nil && os.Geteuid() != 0 {
+		return nil, &sandbox.SetupError{Step: stepChecking, Err: errors.New("this tier needs cordon to run as root: the runtime must be root in the sandbox's user namespace while the agent's uid owns the workspace there, two ids that a user namespace made without root can not map")}
 	}
 	exe := cmp.Or(b.Exe, "/proc/self/exe")
 	l := &launched{b: b, exe: exe, ls: *ls, s: newRunning(ls.Warn)}
@@ -148,6 +153,13 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 			return fail(&sandbox.SetupError{Step: "opening the workspace and policy paths", Err: err})
 		}
 		cfg.HostSources = true
+	}
+	if l.b.Runtime != nil {
+		rc, err := l.runtimeConfigFor(spec, cfg)
+		if err != nil {
+			return fail(&sandbox.SetupError{Step: "writing the runtime's config", Err: err})
+		}
+		cfg.Runtime = rc
 	}
 	l.finished = true
 	// From here until init reports, a ctx that ends kills init, which ends the wait for its report.
@@ -285,6 +297,19 @@ func (l *launched) clone() error {
 		statR.Close()
 		return &sandbox.SetupError{Step: "choosing the sandbox's host ids", Err: err}
 	}
+	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
+	if l.b.Runtime != nil {
+		// Opened here, on the host, by path: init cannot look it up (see Runtime.Path).
+		fd, err := unix.OpenTree(unix.AT_FDCWD, l.b.Runtime.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "opening the runtime", Err: fmt.Errorf("open_tree %s: %w", l.b.Runtime.Path, err)}
+		}
+		rt := os.NewFile(uintptr(fd), l.b.Runtime.Path)
+		defer rt.Close()
+		files = append(files, rt.Fd())
+	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
 		// The runtime is told to use one processor: init's work is one sequence on one locked
@@ -292,7 +317,7 @@ func (l *launched) clone() error {
 		// cordon's own preparation of the run. Setting it also spares the runtime from reading the
 		// cgroup's CPU limit at start. Init's environment is its own: the command gets spec.Env.
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()},
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -343,6 +368,15 @@ func (l *launched) idMappings(u sandbox.User) (uidMap, gidMap []syscall.SysProcI
 			return nil, nil, nil, err
 		}
 		l.hostIDs = &ids
+		if l.b.Runtime != nil {
+			base, err := rootHostIDs(sandbox.User{}, hostIDFiles())
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			l.hostIDs.Runtime = &base
+			uidMap, gidMap, cred = runtimeIDMappings(u, ids, base)
+			return uidMap, gidMap, cred, nil
+		}
 		hostUID, hostGID = ids.UID, ids.GID
 		cred = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}
 	}

@@ -37,6 +37,9 @@ type initConfig struct {
 	// descriptors of detached mounts that cordon made on the host (see idmap.go), in one message on
 	// the status channel sent before this config, rather than as paths init looks up itself.
 	HostSources bool `json:"hostSources,omitempty"`
+	// Runtime, when set, says that init starts an OCI runtime on the root it built instead of
+	// executing the command itself (see Runtime).
+	Runtime *runtimeConfig `json:"runtime,omitempty"`
 }
 
 // etcEntry is one allowed entry of the host's /etc, already resolved by the parent.

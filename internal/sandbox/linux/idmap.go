@@ -54,7 +54,15 @@ const idRangeUser = "cordon"
 // hostIDs are the host uid and gid the agent's ids inside map to when cordon runs as root.
 type hostIDs struct {
 	UID, GID int
+	// Runtime, when set, are the host ids of a Runtime's own processes (root in the box's user
+	// namespace): the idmapped mounts also map them, to on-disk nobody, so that the runtime can
+	// create a file there before it gives the file to the agent's uid (runsc's Sentry creates as
+	// itself, then chowns).
+	Runtime *hostIDs
 }
+
+// diskNobody is the on-disk id a Runtime's own ids map to in the idmapped mounts.
+const diskNobody = 65534
 
 // RootSandboxIDs are the host uid and gid that the sandbox user u maps to when cordon runs as
 // root: what owns, on the host, the files the agent makes in a readwrite path, and what such a path
@@ -162,13 +170,19 @@ func idmapUserns(exe string, ids hostIDs) (*os.File, error) {
 		return nil, err
 	}
 	defer devnull.Close()
+	uidMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.UID, Size: 1}}
+	gidMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.GID, Size: 1}}
+	if rt := ids.Runtime; rt != nil {
+		uidMap = append(uidMap, syscall.SysProcIDMap{ContainerID: diskNobody, HostID: rt.UID, Size: 1})
+		gidMap = append(gidMap, syscall.SysProcIDMap{ContainerID: diskNobody, HostID: rt.GID, Size: 1})
+	}
 	pid, err := syscall.ForkExec(exe, []string{"cordon-idmap"}, &syscall.ProcAttr{
 		Env:   []string{},
 		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.UID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.GID, Size: 1}},
+			UidMappings: uidMap,
+			GidMappings: gidMap,
 			Ptrace:      true,
 			Pdeathsig:   syscall.SIGKILL,
 		},

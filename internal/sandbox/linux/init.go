@@ -180,6 +180,22 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		defer slave.Close()
 		stdin, stdout, stderr = slave, slave, slave
 	}
+	if cfg.Runtime != nil {
+		// The runtime is started on the root: it needs its privileges over init's namespaces, and
+		// applies the limits, its own seccomp filters and the command's identity itself.
+		err := inSandboxRoot(func() error {
+			path, err := lookPath(spec.Args[0], spec.Dir, spec.Env)
+			if err == nil {
+				err = envInterpreter(spec.Args[0], path, spec.Dir, spec.Env)
+			}
+			return err
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		pid, err := startRuntime(cfg.Runtime, stdin, stdout, stderr)
+		return pid, warnings, err
+	}
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
 		return 0, nil, err
 	}
