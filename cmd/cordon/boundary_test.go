@@ -19,7 +19,7 @@ import (
 // TestFileSystemBoundary tries to read a canary in the caller's real home from inside, by every alias
 // the issue lists, and asserts the same probe finds it without the sandbox.
 func TestFileSystemBoundary(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := filepath.Join(h.home, ".ssh", "id_canary")
 		rel, _ := filepath.Rel(h.ws, secret)
 		// A malicious repository ships a link to the user's key.
@@ -56,7 +56,7 @@ func TestFileSystemBoundary(t *testing.T) {
 // TestWritesStayInside writes everywhere it can think of from inside and checks that the host only
 // changed where the workspace lets it.
 func TestWritesStayInside(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		escape := filepath.Join(h.base, "escaped-"+h.canary)
 		homeFile := filepath.Join(h.home, "planted-"+h.canary)
 		script := fmt.Sprintf(`for f in %s %s /usr/planted-%s /etc/planted-%s /planted-%s /tmp/x; do echo x > "$f"; done 2>/dev/null; true`,
@@ -88,7 +88,7 @@ func TestWritesStayInside(t *testing.T) {
 // it, read its environment, signal it and ptrace it from inside.
 func TestHostProcessesInvisible(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		victim := h.command([]string{"VICTIM_CANARY=" + h.canary}, "sleep", "300")
 		if err := victim.Start(); err != nil {
 			t.Fatal(err)
@@ -173,7 +173,7 @@ if fd >= 0: ok("io_uring")`, "all"},
 buf = ctypes.create_string_buffer(128)
 if libc.syscall(321, 0, buf, 128) >= 0 or ctypes.get_errno() not in (1, 38): ok("bpf")`, "root"},
 	}
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		for _, p := range probes {
 			t.Run(p.name, func(t *testing.T) {
 				script := "python3 -c '" + libc + p.script + "'"
@@ -234,7 +234,7 @@ func TestPrivilegesDropped(t *testing.T) {
 
 // TestEnvironmentFromNothing puts secrets in the caller's environment and looks for them inside.
 func TestEnvironmentFromNothing(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secrets := []string{"CORDON_CANARY=" + h.canary, "GITHUB_TOKEN=ghp_" + h.canary, "AWS_SECRET_ACCESS_KEY=" + h.canary, "SSH_AUTH_SOCK=/tmp/" + h.canary}
 		if r := h.plain("env", secrets...); !strings.Contains(r.stdout, h.canary) {
 			t.Fatalf("control: env does not show the canary:\n%s", r)
@@ -256,7 +256,7 @@ func TestEnvironmentFromNothing(t *testing.T) {
 
 // TestDenyMasks plants secrets in the project that the policy denies.
 func TestDenyMasks(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		h.writeFile(filepath.Join(h.ws, ".env"), "DB="+h.canary, 0o600)
 		h.writeFile(filepath.Join(h.ws, "sub", "key.pem"), h.canary, 0o600)
 		h.writeFile(filepath.Join(h.ws, "secrets", "a"), h.canary, 0o600)
@@ -293,7 +293,7 @@ for i in range(0, len(b), 4096): b[i] = 1
 print("ALLOCATED")
 '`
 	goClient := buildGoClient(t)
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		t.Run("pids", func(t *testing.T) {
 			if r := h.plain(spawn); !strings.Contains(r.stdout, "spawned 120") {
 				t.Fatalf("control: %s", r)
@@ -339,7 +339,7 @@ print("ALLOCATED")
 // TestKillNineLeavesNothing kills cordon with SIGKILL mid-run and checks that every sandboxed process
 // is gone within a second and no cgroup is left behind.
 func TestKillNineLeavesNothing(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		// A unique duration that sleep accepts; only the sleeps themselves carry it as their argument.
 		marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e9)
 		pol := h.policy("limits:\n  pids: 100\n")
@@ -445,7 +445,7 @@ func TestNestingOnlyWhenAllowed(t *testing.T) {
 // TestPolicyMounts: filesystem.readonly is readable and not writable, filesystem.readwrite is both,
 // and neither shows anything beside the named path.
 func TestPolicyMounts(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		ro := filepath.Join(h.base, "tools")
 		rw := filepath.Join(h.base, "cache")
 		h.writeFile(filepath.Join(ro, "tool.txt"), "TOOL-"+h.canary, 0o644)
@@ -484,7 +484,7 @@ func TestPolicyMounts(t *testing.T) {
 // TestSignalsForwarded: a signal to cordon reaches the command, which can handle it and choose its
 // exit status.
 func TestSignalsForwarded(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c",
 			`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
 		var out syncBuffer

@@ -88,7 +88,7 @@ func TestCredentialInjection(t *testing.T) {
 	requireTool(t, "python3")
 	goClient := buildGoClient(t)
 	_, nodeErr := exec.LookPath("node")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
 		h.writeFile(filepath.Join(h.ws, "goclient"), string(goClient), 0o755)
 		up := newTLSUpstream(t, h, "x-api-key", "api.test", "rules.test", "other.test")

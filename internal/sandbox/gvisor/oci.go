@@ -5,6 +5,9 @@ package gvisor
 import (
 	"encoding/json"
 	"errors"
+	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
 )
@@ -66,13 +69,16 @@ type (
 
 // Config is the linux.Runtime's Config: the OCI spec that hands the root init built to runsc. The
 // root is given whole (its mounts are the native box's: runsc's gofer serves them as one tree and
-// the host kernel enforces their read-only flags on it); /proc, /sys, /dev and /dev/pts are gVisor's
+// the host kernel enforces their flags on what it reads and writes), and each policy mount, mask and
+// read-only path is also a mount of gVisor's own (binds), so that gVisor's kernel enforces them as
+// mount points too: the host kernel refuses a rename onto or of a mount point only to a caller in
+// the mount's namespace, which gVisor's Sentry is not. /proc, /sys, /dev and /dev/pts are gVisor's
 // own, /dev/shm a tmpfs of its own as in the native box. The command runs as the sandbox user with
 // no capabilities and no_new_privs, with the environment, directory and host name of the spec. No
 // network namespace is named: runsc, with --network=host, stays in init's, which is the gateway's.
 func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 	spec := rs.Spec
-	if len(spec.Args) == 0 {
+	if len(rs.Args) == 0 {
 		return nil, errors.New("no command")
 	}
 	none := []string{}
@@ -81,7 +87,7 @@ func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 		Process: ociProcess{
 			Terminal:        rs.TTY,
 			User:            ociUser{UID: rs.User.UID, GID: rs.User.GID, AdditionalGids: []int{}},
-			Args:            spec.Args,
+			Args:            rs.Args,
 			Env:             spec.Env,
 			Cwd:             spec.Dir,
 			Capabilities:    ociCaps{Bounding: none, Effective: none, Inheritable: none, Permitted: none, Ambient: none},
@@ -96,6 +102,7 @@ func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 		},
 		Linux: ociLinux{Namespaces: []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}},
 	}
+	s.Mounts = append(s.Mounts, binds(rs)...)
 	if s.Process.Cwd == "" {
 		s.Process.Cwd = "/"
 	}
@@ -111,4 +118,37 @@ func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 	lim("RLIMIT_NPROC", rs.Nproc)
 	lim("RLIMIT_DATA", rs.Data)
 	return json.Marshal(&s)
+}
+
+// binds are the policy's mounts, masks and read-only paths as gVisor binds of the same paths of the
+// built root, parents first (as init mounts them). Init drops a bind whose source the built root
+// lacks, as its own masks skip a path that does not exist.
+func binds(rs *linux.RuntimeSpec) []ociMount {
+	spec := rs.Spec
+	type bind struct {
+		path string
+		rw   bool
+	}
+	var bs []bind
+	for _, m := range spec.Mounts {
+		bs = append(bs, bind{m.Path(), m.Writable})
+	}
+	sort.SliceStable(bs, func(i, j int) bool {
+		return strings.Count(bs[i].path, "/") < strings.Count(bs[j].path, "/")
+	})
+	for _, p := range spec.Masks {
+		bs = append(bs, bind{p, false})
+	}
+	for _, p := range spec.ReadOnly {
+		bs = append(bs, bind{p, false})
+	}
+	out := make([]ociMount, 0, len(bs))
+	for _, b := range bs {
+		mode := "ro"
+		if b.rw {
+			mode = "rw"
+		}
+		out = append(out, ociMount{Destination: b.path, Type: "bind", Source: filepath.Join(rs.Root, b.path), Options: []string{"rbind", mode, "nosuid", "nodev"}})
+	}
+	return out
 }

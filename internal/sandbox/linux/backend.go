@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -131,6 +132,10 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if err != nil {
 		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
 	}
+	if l.b.Runtime != nil {
+		// The guest shim's mount point, made before /etc is sealed (see GuestExecArg0).
+		etc = append(etc, etcEntry{Name: strings.TrimPrefix(GuestExecArg0, "/etc/"), Kind: "mountpoint", Target: "file"})
+	}
 	cfg := &initConfig{Spec: *spec, User: l.ls.User, TTY: l.ls.TTY, TTYRows: l.ls.TTYRows, TTYCols: l.ls.TTYCols,
 		Etc: etc, LandlockABI: LandlockABI()}
 	l.s.timeout = spec.Limits.Timeout
@@ -198,7 +203,13 @@ func (l *launched) limits(spec *sandbox.Spec, cfg *initConfig) error {
 	if name == "" {
 		name = fmt.Sprintf("cordon-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
-	g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPU: lim.CPU})
+	pids := lim.Pids
+	if l.b.Runtime != nil && pids > 0 {
+		// The runtime's own tasks count on the host (see runtimeTasks); the command's processes are
+		// bounded inside the runtime's kernel, by RLIMIT_NPROC.
+		pids += runtimeTasks
+	}
+	g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: lim.MemoryBytes, Pids: pids, CPU: lim.CPU})
 	why := func(limit string) string {
 		if err != nil {
 			return err.Error()
@@ -299,16 +310,17 @@ func (l *launched) clone() error {
 	}
 	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
 	if l.b.Runtime != nil {
-		// Opened here, on the host, by path: init cannot look it up (see Runtime.Path).
-		fd, err := unix.OpenTree(unix.AT_FDCWD, l.b.Runtime.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		// Opened here, on the host: init cannot look them up (see Runtime.Path).
+		rfs, err := openRuntimeFiles(l.b.Runtime, l.exe)
 		if err != nil {
 			cfgW.Close()
 			statR.Close()
-			return &sandbox.SetupError{Step: "opening the runtime", Err: fmt.Errorf("open_tree %s: %w", l.b.Runtime.Path, err)}
+			return &sandbox.SetupError{Step: "opening the runtime", Err: err}
 		}
-		rt := os.NewFile(uintptr(fd), l.b.Runtime.Path)
-		defer rt.Close()
-		files = append(files, rt.Fd())
+		defer closeAll(rfs)
+		for _, f := range rfs {
+			files = append(files, f.Fd())
+		}
 	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{

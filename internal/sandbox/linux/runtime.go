@@ -37,15 +37,23 @@ type Runtime struct {
 // RuntimeSpec is what Runtime.Config is given: the box's spec, and what init resolved for it.
 type RuntimeSpec struct {
 	Spec *sandbox.Spec
+	// Args is the command line the runtime starts: cordon's guest shim (GuestExecArg0), which
+	// installs the native box's seccomp filter, and then Spec.Args.
+	Args []string
 	User sandbox.User
 	// Root is the root init built, as the runtime sees it (inside init's mount namespace).
 	Root string
 	// TTY says that the command's streams are a pseudo-terminal.
 	TTY bool
-	// Nproc and Data are the rlimits that stand in for cgroup limits the host could not give
-	// (zero: none); the runtime applies them to the command.
+	// Nproc is limits.pids, which the runtime applies inside as RLIMIT_NPROC; Data the rlimit that
+	// stands in for a memory cgroup the host could not give (zero: none).
 	Nproc, Data uint64
 }
+
+// runtimeTasks is what a box under a Runtime adds to limits.pids in the run's cgroup: the runtime's
+// own host tasks (gVisor's Sentry and gofer threads, a systrap stub task per thread of the command)
+// run in that cgroup beside the command's, which the runtime's kernel bounds to limits.pids itself.
+const runtimeTasks = 512
 
 // RuntimeRoot is where the built root lies when a Runtime starts it.
 const RuntimeRoot = newRoot
@@ -61,9 +69,12 @@ const (
 	runtimeID = "cordon"
 )
 
-// runtimeFD is the descriptor of the runtime's binary in init (after the config pipe and status
-// socket): a detached mount of the file, made by cordon on the host (open_tree).
-const runtimeFD = 5
+// The descriptors of the runtime's binary and of cordon's own in init (after the config pipe and
+// status socket): detached mounts of the files, made by cordon on the host (open_tree).
+const (
+	runtimeFD = 5
+	guestFD   = 6
+)
 
 // runtimeConfig is the part of the config message that a Runtime adds.
 type runtimeConfig struct {
@@ -89,8 +100,11 @@ func runtimeIDMappings(u sandbox.User, ids, base hostIDs) (uidMap, gidMap []sysc
 // runtimeConfigFor builds the config message's runtime part on the host.
 func (l *launched) runtimeConfigFor(spec *sandbox.Spec, cfg *initConfig) (*runtimeConfig, error) {
 	rt := l.b.Runtime
-	rs := &RuntimeSpec{Spec: spec, User: l.ls.User, Root: RuntimeRoot, TTY: l.ls.TTY, Data: cfg.RlimitData}
-	if cfg.SetRlimitNproc {
+	rs := &RuntimeSpec{Spec: spec, Args: guestArgs(spec.Args, spec.AllowNesting), User: l.ls.User, Root: RuntimeRoot, TTY: l.ls.TTY, Data: cfg.RlimitData}
+	if spec.Limits.Pids > 0 {
+		// Inside the runtime's kernel the command is the only process of its uid: RLIMIT_NPROC
+		// there counts what the pids cgroup counts natively (gVisor enforces it per uid, threads
+		// included).
 		rs.Nproc = uint64(spec.Limits.Pids)
 	}
 	b, err := rt.Config(rs)
@@ -134,7 +148,18 @@ func prepareRuntime(rc *runtimeConfig) error {
 			if err := os.Mkdir(runtimeState, 0o700); err != nil {
 				return err
 			}
-			return os.WriteFile(filepath.Join(runtimeDir, "config.json"), rc.Config, 0o600)
+			config, err := existingBinds(rc.Config)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(runtimeDir, "config.json"), config, 0o600)
+		}},
+		{"showing cordon's guest shim", func() error {
+			dst := inRoot(GuestExecArg0)
+			if err := unix.MoveMount(guestFD, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return err
+			}
+			return unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
 		}},
 		{"showing the runtime's binary", func() error {
 			if !filepath.IsAbs(rc.Path) {
@@ -270,4 +295,55 @@ func firstError(log string) string {
 		}
 	}
 	return ""
+}
+
+// openRuntimeFiles opens, on the host, what init shows of the host under a Runtime: the runtime's
+// binary and cordon's own (exe), each as a detached mount of the one file.
+func openRuntimeFiles(rt *Runtime, exe string) ([]*os.File, error) {
+	var files []*os.File
+	for _, p := range []string{rt.Path, exe} {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("open_tree %s: %w", p, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), p))
+	}
+	return files, nil
+}
+
+// existingBinds drops from an OCI config the bind mounts whose source, a path of the built root,
+// does not exist there (a mask or read-only path the workspace lacks), as init's own masking skips
+// them; a source outside the built root is refused.
+func existingBinds(config []byte) ([]byte, error) {
+	var spec map[string]json.RawMessage
+	if err := json.Unmarshal(config, &spec); err != nil {
+		return nil, fmt.Errorf("the runtime's config: %w", err)
+	}
+	var mounts []map[string]any
+	if m, ok := spec["mounts"]; ok {
+		if err := json.Unmarshal(m, &mounts); err != nil {
+			return nil, fmt.Errorf("the runtime's config: mounts: %w", err)
+		}
+	}
+	kept := mounts[:0]
+	for _, m := range mounts {
+		src, _ := m["source"].(string)
+		if m["type"] != "bind" {
+			kept = append(kept, m)
+			continue
+		}
+		if !strings.HasPrefix(src, newRoot+"/") {
+			return nil, fmt.Errorf("the runtime's config: bind source %q is outside the built root", src)
+		}
+		if _, err := os.Lstat(src); err == nil {
+			kept = append(kept, m)
+		}
+	}
+	b, err := json.Marshal(kept)
+	if err != nil {
+		return nil, err
+	}
+	spec["mounts"] = b
+	return json.Marshal(spec)
 }
