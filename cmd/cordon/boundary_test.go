@@ -3,6 +3,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -340,26 +343,70 @@ print("ALLOCATED")
 // is gone within a second and no cgroup is left behind.
 func TestKillNineLeavesNothing(t *testing.T) {
 	forEachTier(t, func(t *testing.T, h *harness) {
+		// With a limit the run has a cgroup, whose reaper kills what is left; without one, only the
+		// kernel's parent-death signal to init (and init's pid namespace) stands between a killed
+		// cordon and a surviving box.
+		t.Run("cgroup", func(t *testing.T) { killNine(t, h, "limits:\n  pids: 100\n") })
+		t.Run("no cgroup", func(t *testing.T) { killNine(t, h, "") })
+	})
+}
+
+// killNine is one TestKillNineLeavesNothing under the policy body pol.
+func killNine(t *testing.T, h *harness, pol string) {
+	{
 		// A unique duration that sleep accepts; only the sleeps themselves carry it as their argument.
 		marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e9)
-		pol := h.policy("limits:\n  pids: 100\n")
+		wantGroup := pol != ""
+		pol := h.policy(pol)
 		before := map[string]bool{}
 		for _, g := range cgroupsNamed("cordon-") {
 			before[g] = true
 		}
-		cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "sleep "+marker+" & sleep "+marker+" & wait")
+		mountsBefore := hostMounts(t)
+		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", pol, "--", "sh", "-c", "sleep " + marker + " & sleep " + marker + " & echo READY; wait"})...)
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
+		// A box that survives holds cordon's stderr open: the test must fail below, not hang here.
+		cmd.WaitDelay = time.Second
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for len(pidsWithArg(marker)) < 2 {
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("the sandboxed processes never started: %s", stderr.String())
+		// The command says when both sleeps exist; under gVisor they are not host processes.
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "READY\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the sandboxed processes never started (%q): %s", line, stderr.String())
+		}
+		// What of the run lives on the host: the sleeps natively, runsc's processes under gVisor.
+		var alive func() []string
+		if h.tier == "gvisor" {
+			tree := descendants(cmd.Process.Pid)
+			var runsc []string
+			for _, pid := range tree {
+				if exe, _ := os.Readlink(filepath.Join("/proc", pid, "exe")); filepath.Base(exe) == "runsc" {
+					runsc = append(runsc, pid)
+				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			if len(runsc) < 2 {
+				cmd.Process.Kill()
+				t.Fatalf("no runsc sandbox and gofer under cordon (processes %v), so this test cannot check that none is left", tree)
+			}
+			alive = func() []string { return stillAlive(tree) }
+		} else {
+			// The shell may print before its children have become the sleeps.
+			deadline := time.Now().Add(10 * time.Second)
+			for len(pidsWithArg(marker)) < 2 {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatalf("the sleeps are not host processes: %s", stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			alive = func() []string { return pidsWithArg(marker) }
 		}
 		var groups []string
 		for _, g := range cgroupsNamed("cordon-") {
@@ -367,15 +414,15 @@ func TestKillNineLeavesNothing(t *testing.T) {
 				groups = append(groups, g)
 			}
 		}
-		if len(groups) == 0 && h.who.uid == 0 {
+		if len(groups) == 0 && h.who.uid == 0 && wantGroup {
 			t.Fatal("the run created no cgroup, so this test cannot check that none is left behind")
 		}
 		cmd.Process.Kill()
 		cmd.Wait()
-		deadline = time.Now().Add(time.Second)
-		for len(pidsWithArg(marker)) > 0 {
+		deadline := time.Now().Add(time.Second)
+		for len(alive()) > 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("sandboxed processes survived cordon's SIGKILL: %v", pidsWithArg(marker))
+				t.Fatalf("sandboxed processes survived cordon's SIGKILL: %v", alive())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -395,7 +442,68 @@ func TestKillNineLeavesNothing(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	})
+		if after := hostMounts(t); !slices.Equal(after, mountsBefore) {
+			t.Fatalf("the host's mounts changed across the killed run:\nbefore %q\nafter  %q", mountsBefore, after)
+		}
+	}
+}
+
+// descendants lists the pids of every process below pid, as /proc shows them now.
+func descendants(pid int) []string {
+	children := map[string][]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 {
+			children[f[1]] = append(children[f[1]], e.Name())
+		}
+	}
+	var out []string
+	queue := []string{strconv.Itoa(pid)}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// stillAlive are the pids of the list that are still processes (a zombie counts as gone).
+func stillAlive(pids []string) []string {
+	var out []string
+	for _, p := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", p, "stat"))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// hostMounts is the host's mount table (mount point and source of each), sorted.
+func hostMounts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) > 4 {
+			out = append(out, f[3]+" "+f[4])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pidsWithArg lists host processes running `sleep ARG`.

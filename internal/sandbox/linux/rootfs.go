@@ -542,5 +542,14 @@ func asCreator(u *sandbox.User, fn func() error) error {
 	if got, _ := unix.SetfsuidRetUid(-1); got != uid {
 		return fmt.Errorf("file-system uid is %d after the overlay, not %d", got, uid)
 	}
+	// A change of credentials clears the parent-death signal, which is what ends the box when
+	// cordon dies: set it again, and if cordon died meanwhile, stop here.
+	ppid := unix.Getppid()
+	if perr := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); perr != nil {
+		return fmt.Errorf("restoring the parent-death signal: %w", perr)
+	}
+	if ppid == 0 || unix.Getppid() != ppid {
+		return errors.New("cordon ended while the box was being built")
+	}
 	return err
 }
