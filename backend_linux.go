@@ -21,3 +21,14 @@ func newBackend(i Isolation, runsc string, env []string) (sandbox.Backend, error
 	}
 	return &gvisor.Backend{Runsc: r}, nil
 }
+
+// FindRunsc is the runsc that IsolationGVisor would use for a run with Config.Runsc set to runsc
+// (empty: the PATH of env, then $HOME/go/bin), and its version; an error says why there is none, and
+// how to get one. cordon doctor reports it.
+func FindRunsc(runsc string, env []string) (path, version string, err error) {
+	r, err := gvisor.Find(runsc, getenv(env, "PATH"), getenv(env, "HOME"))
+	if err != nil {
+		return "", "", err
+	}
+	return r.Path, r.Version, nil
+}

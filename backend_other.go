@@ -9,3 +9,8 @@ import "github.com/cordon-sandbox/cordon/internal/sandbox"
 func newBackend(Isolation, string, []string) (sandbox.Backend, error) {
 	return sandbox.Unsupported{}, nil
 }
+
+// FindRunsc reports that this platform has no gVisor tier.
+func FindRunsc(string, []string) (path, version string, err error) {
+	return "", "", sandbox.ErrUnsupported
+}

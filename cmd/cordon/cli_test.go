@@ -172,10 +172,24 @@ func TestDoctor(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("doctor failed on a host where cordon works:\n%s", r)
 		}
-		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "sandbox", "nftables"} {
+		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "sandbox", "nftables", "tier native", "tier gvisor"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("doctor does not report %s:\n%s", want, r.stdout)
 			}
+		}
+		// As root with runsc on PATH the gVisor tier is there; rootless, doctor says it needs root.
+		wantGVisor := "warn tier gvisor --isolation gvisor needs cordon to run as root"
+		if h.who.uid == 0 {
+			runsc := runscPath(t)
+			r = h.cordon([]string{"PATH=" + filepath.Dir(runsc) + ":/usr/bin:/bin"}, "", "doctor")
+			wantGVisor = "ok tier gvisor --isolation gvisor: started /bin/true on gVisor's kernel"
+			// And without runsc it says how to get one.
+			if m := h.cordon([]string{"PATH=/usr/bin:/bin"}, "", "doctor"); !strings.Contains(m.stdout, "go install gvisor.dev/gvisor/runsc@") {
+				t.Errorf("doctor without runsc does not say how to get it:\n%s", m.stdout)
+			}
+		}
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), wantGVisor) {
+			t.Errorf("doctor's gVisor line: want %q in:\n%s", wantGVisor, r.stdout)
 		}
 	})
 }
