@@ -58,6 +58,7 @@ type Exit struct {
 // Run is a command running in its box. Its methods are safe for concurrent use.
 type Run struct {
 	id        string
+	isolation Isolation
 	store     Store
 	b         *builder
 	rec       *runstate.Run
@@ -251,7 +252,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger,
+		keep: cfg.Keep, budgets: ledger, isolation: isolation,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -275,6 +276,9 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 
 // ID is the run's id, by which OpenRun finds it and the cordon command names it.
 func (r *Run) ID() string { return r.id }
+
+// Isolation is the tier the run's box is (the Config's, else the policy's, else IsolationNative).
+func (r *Run) Isolation() Isolation { return r.isolation }
 
 // Timeout is the policy's limits.timeout for the run (0: none), after which the box is stopped and
 // Exit.TimedOut set.

@@ -236,12 +236,12 @@ func (h *harness) cordon(extraEnv []string, stdin string, args ...string) result
 	return run(h.t, h.command(extraEnv, cordonBin, h.tierArgs(args)...), stdin)
 }
 
-// tierArgs puts --isolation TIER after `run` when the harness has a tier.
+// tierArgs puts --isolation TIER after `run` or `verify` when the harness has a tier.
 func (h *harness) tierArgs(args []string) []string {
-	if h.tier == "" || len(args) == 0 || args[0] != "run" {
+	if h.tier == "" || len(args) == 0 || args[0] != "run" && args[0] != "verify" {
 		return args
 	}
-	return append([]string{"run", "--isolation", h.tier}, args[1:]...)
+	return append([]string{args[0], "--isolation", h.tier}, args[1:]...)
 }
 
 // sandboxed runs a shell script inside a sandbox with the given policy body.

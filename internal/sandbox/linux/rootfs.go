@@ -543,12 +543,13 @@ func asCreator(u *sandbox.User, fn func() error) error {
 		return fmt.Errorf("file-system uid is %d after the overlay, not %d", got, uid)
 	}
 	// A change of credentials clears the parent-death signal, which is what ends the box when
-	// cordon dies: set it again, and if cordon died meanwhile, stop here.
-	ppid := unix.Getppid()
+	// cordon dies: set it again, and if cordon died meanwhile (its end of the status socket is
+	// closed by then), stop here.
 	if perr := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); perr != nil {
 		return fmt.Errorf("restoring the parent-death signal: %w", perr)
 	}
-	if ppid == 0 || unix.Getppid() != ppid {
+	fds := []unix.PollFd{{Fd: statusFD, Events: unix.POLLRDHUP}}
+	if n, perr := unix.Poll(fds, 0); perr == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLRDHUP) != 0 {
 		return errors.New("cordon ended while the box was being built")
 	}
 	return err
