@@ -15,6 +15,9 @@ func newBackend(i Isolation, runsc string, env []string) (sandbox.Backend, error
 	if i != IsolationGVisor {
 		return &linux.Backend{}, nil
 	}
+	if err := gvisor.CheckRoot(); err != nil {
+		return nil, fmt.Errorf("isolation gvisor: %w", err)
+	}
 	r, err := gvisor.Find(runsc, getenv(env, "PATH"), getenv(env, "HOME"))
 	if err != nil {
 		return nil, fmt.Errorf("isolation gvisor: %w", err)

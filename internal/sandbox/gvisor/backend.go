@@ -4,6 +4,8 @@ package gvisor
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
@@ -20,6 +22,19 @@ import (
 //   - host-uds=open: unix sockets the policy mounts can be connected to, as in the native box;
 //   - ignore-cgroups: the run's cgroup is made and kept on the host side, with init in it.
 var Flags = []string{"--platform=systrap", "--network=host", "--overlay2=none", "--host-uds=open", "--ignore-cgroups"}
+
+// ErrNeedsRoot says that the tier cannot run for this caller: runsc must be root in the box's user
+// namespace while the agent's uid owns the workspace there, two ids that a user namespace made
+// without root cannot map (an unprivileged process may map its own id only).
+var ErrNeedsRoot = errors.New("this tier needs cordon to run as root: runsc must be root in the sandbox's user namespace while the agent's uid owns the workspace there, and a user namespace made without root maps one id")
+
+// CheckRoot refuses a caller that is not root (ErrNeedsRoot).
+func CheckRoot() error {
+	if os.Geteuid() != 0 {
+		return ErrNeedsRoot
+	}
+	return nil
+}
 
 // Backend is the gVisor tier: the native backend with runsc as its runtime.
 type Backend struct {
