@@ -190,7 +190,8 @@ func inSandboxRoot(fn func() error) error {
 		return &sandbox.SetupError{Step: "looking up the command", Err: err}
 	}
 	ferr := fn()
-	if err := unix.Fchdir(int(back.Fd())); err == nil {
+	err = unix.Fchdir(int(back.Fd()))
+	if err == nil {
 		err = unix.Chroot(".")
 	}
 	if err != nil {
