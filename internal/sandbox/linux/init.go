@@ -167,7 +167,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		return 0, nil, err
 	}
 	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr
-	if cfg.TTY {
+	if cfg.TTY && cfg.Runtime == nil {
 		master, slave, err := openPTY(cfg.TTYRows, cfg.TTYCols)
 		if err := step("creating the pseudo-terminal", err); err != nil {
 			return 0, nil, err
@@ -193,7 +193,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		pid, err := startRuntime(cfg.Runtime, stdin, stdout, stderr)
+		pid, err := startRuntime(cfg.Runtime, cfg.TTY, stdin, stdout, stderr)
 		return pid, warnings, err
 	}
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {

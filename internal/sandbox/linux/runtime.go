@@ -204,19 +204,31 @@ func inSandboxRoot(fn func() error) error {
 // once the runtime said that its sandbox exists (it writes its pid file then): `RUNTIME FLAGS --root
 // STATE --log LOG run --bundle DIR --pid-file FILE cordon`. Its exit status is the command's
 // (128+signal when a signal ended it). A runtime that ends before is a SetupError naming its last
-// logged error, and nothing of the command ran.
-func startRuntime(rc *runtimeConfig, stdin, stdout, stderr *os.File) (int, error) {
+// logged error, and nothing of the command ran. With tty, the runtime makes the command's
+// pseudo-terminal (in the devpts init gave it) and hands its master over a console socket; init
+// passes it on to cordon, as it does its own in the native box.
+func startRuntime(rc *runtimeConfig, tty bool, stdin, stdout, stderr *os.File) (int, error) {
 	const step = "starting the gVisor sandbox (runsc)"
+	fail := func(err error) (int, error) { return 0, &sandbox.SetupError{Step: step, Err: err} }
 	in, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if err != nil {
-		return 0, &sandbox.SetupError{Step: step, Err: fmt.Errorf("inotify: %w", err)}
+		return fail(fmt.Errorf("inotify: %w", err))
 	}
 	defer unix.Close(in)
 	if _, err := unix.InotifyAddWatch(in, runtimeDir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO); err != nil {
-		return 0, &sandbox.SetupError{Step: step, Err: fmt.Errorf("inotify: %w", err)}
+		return fail(fmt.Errorf("inotify: %w", err))
 	}
 	args := append([]string{"runsc"}, rc.Flags...)
-	args = append(args, "--root="+runtimeState, "--log="+runtimeLog, "run", "--bundle="+runtimeDir, "--pid-file="+runtimePIDFile, runtimeID)
+	args = append(args, "--root="+runtimeState, "--log="+runtimeLog, "run", "--bundle="+runtimeDir, "--pid-file="+runtimePIDFile)
+	console := -1
+	if tty {
+		if console, err = consoleSocket(); err != nil {
+			return fail(err)
+		}
+		defer unix.Close(console)
+		args = append(args, "--console-socket="+runtimeConsole)
+	}
+	args = append(args, runtimeID)
 	pidfd := -1
 	pid, err := syscall.ForkExec(rc.Path, args, &syscall.ProcAttr{
 		Dir:   "/",
@@ -225,26 +237,32 @@ func startRuntime(rc *runtimeConfig, stdin, stdout, stderr *os.File) (int, error
 		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
 	})
 	if err != nil {
-		return 0, &sandbox.SetupError{Step: step, Err: err}
+		return fail(err)
 	}
 	defer unix.Close(pidfd)
 	buf := make([]byte, 4096)
-	for {
-		fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+	created, terminal := false, !tty
+	for !created || !terminal {
+		fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(console), Events: unix.POLLIN}}
 		if _, err := unix.Poll(fds, -1); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
-			return 0, &sandbox.SetupError{Step: step, Err: fmt.Errorf("poll: %w", err)}
+			return fail(fmt.Errorf("poll: %w", err))
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
 			n, err := unix.Read(in, buf)
 			if err != nil && err != unix.EINTR && err != unix.EAGAIN {
-				return 0, &sandbox.SetupError{Step: step, Err: fmt.Errorf("inotify: %w", err)}
+				return fail(fmt.Errorf("inotify: %w", err))
 			}
-			if n > 0 && namesFile(buf[:n], filepath.Base(runtimePIDFile)) {
-				return pid, nil
+			created = created || n > 0 && namesFile(buf[:n], filepath.Base(runtimePIDFile))
+		}
+		if fds[2].Revents&unix.POLLIN != 0 {
+			if err := passTerminal(console); err != nil {
+				unix.Kill(pid, unix.SIGKILL)
+				return fail(fmt.Errorf("the runtime's terminal: %w", err))
 			}
+			terminal = true
 		}
 		if fds[1].Revents&unix.POLLIN != 0 {
 			var ws unix.WaitStatus
@@ -256,6 +274,57 @@ func startRuntime(rc *runtimeConfig, stdin, stdout, stderr *os.File) (int, error
 			return 0, runtimeFailure(ws)
 		}
 	}
+	return pid, nil
+}
+
+// runtimeConsole is the socket the runtime hands the command's terminal over.
+const runtimeConsole = runtimeDir + "/console.sock"
+
+// consoleSocket listens on runtimeConsole.
+func consoleSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("console socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: runtimeConsole}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("console socket: %w", err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("console socket: %w", err)
+	}
+	return fd, nil
+}
+
+// passTerminal accepts the runtime's connection on the console socket, receives the terminal's
+// master side and sends it to cordon in a terminalMsg.
+func passTerminal(listener int) error {
+	conn, _, err := unix.Accept4(listener, unix.SOCK_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(conn)
+	name := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(conn, name, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return fmt.Errorf("no descriptor (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("expected one descriptor (%v)", err)
+	}
+	master := os.NewFile(uintptr(fds[0]), "pty master")
+	defer master.Close()
+	return sendMsg(statusFD, &terminalMsg{}, master)
 }
 
 // namesFile says whether a buffer of inotify events names the file name.
