@@ -593,8 +593,8 @@ func TestPolicyMounts(t *testing.T) {
 // exit status.
 func TestSignalsForwarded(t *testing.T) {
 	forEachTier(t, func(t *testing.T, h *harness) {
-		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c",
-			`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", h.policy(""), "--", "sh", "-c",
+			`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`})...)
 		var out syncBuffer
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {

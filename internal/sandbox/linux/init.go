@@ -108,7 +108,13 @@ func InitMain() int {
 		return 125
 	}
 	report(&startedMsg{Warnings: warnings})
-	code := supervise(pid, sigs)
+	forward := func(s syscall.Signal) { unix.Kill(pid, s) }
+	if cfg.Runtime != nil && !cfg.TTY {
+		// runsc run forwards signals to the command only with a terminal; without one it would
+		// die of them. They go through `runsc kill` instead.
+		forward = func(s syscall.Signal) { killRuntime(cfg.Runtime, s) }
+	}
+	code := supervise(pid, sigs, forward)
 	report(&exitedMsg{Code: code})
 	return code
 }
@@ -259,7 +265,7 @@ var forwardedSignals = []os.Signal{
 // It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
 // LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
 // another thread of init would be refused by Landlock's signal scoping.
-func supervise(pid int, sigs <-chan os.Signal) int {
+func supervise(pid int, sigs <-chan os.Signal, forward func(syscall.Signal)) int {
 	for {
 		for {
 			var ws unix.WaitStatus
@@ -286,7 +292,7 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 		}
 		sig := <-sigs
 		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
-			unix.Kill(pid, s)
+			forward(s)
 		}
 	}
 }

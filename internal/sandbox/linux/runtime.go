@@ -417,3 +417,21 @@ func existingBinds(config []byte) ([]byte, error) {
 	spec["mounts"] = b
 	return json.Marshal(spec)
 }
+
+// killRuntime sends sig to the command through `runsc kill`; the process it starts is reaped by
+// supervise with every other child of init.
+func killRuntime(rc *runtimeConfig, sig syscall.Signal) {
+	args := append([]string{"runsc"}, rc.Flags...)
+	args = append(args, "--root="+runtimeState, "--log="+runtimeDir+"/kill.log", "kill", runtimeID, fmt.Sprint(int(sig)))
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer devnull.Close()
+	syscall.ForkExec(rc.Path, args, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   []string{"PATH=/usr/bin:/bin"},
+		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+}
