@@ -182,7 +182,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &SetupError{Err: err}
 	}
 	c.Add(launched.Abort)
-	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command})
+	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol)})
 	if err != nil {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}

@@ -71,6 +71,19 @@ type Meta struct {
 	PIDStart uint64 `json:"pid_start"`
 	// Branch is the branch an export created.
 	Branch string `json:"branch,omitempty"`
+	// Policy names the policy the run was started with; nil in the record of a run from a cordon
+	// that did not record it.
+	Policy *PolicyRef `json:"policy,omitempty"`
+}
+
+// PolicyRef names the policy file a run used and the exact bytes it read, so that what the run was
+// refused can later be turned into an edit of that file (cordon policy suggest), and the edit refused
+// when the file has changed since.
+type PolicyRef struct {
+	// Path is the file read (symlinks resolved); empty when the run had the built-in default.
+	Path string `json:"path,omitempty"`
+	// SHA256 is the hex SHA-256 of the file's bytes as parsed.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Run is one run directory and its metadata as last read.
