@@ -90,4 +90,3 @@ func changed(d string) int {
 	}
 	return n
 }
-
