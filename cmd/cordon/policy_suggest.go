@@ -47,7 +47,7 @@ func (a *app) cmdPolicySuggest(args []string) int {
 	info := r.Info()
 	events, err := audit.Read(r.AuditLogPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(a.stdout, "run %s had no network (no audit log): it was refused nothing a policy edit could allow\n", r.ID())
+		fmt.Fprintf(a.stdout, "run %s had no network section: nothing could leave, and no audit log says what it tried (run with --allow HOST, or a network section, to see what it asks for)\n", r.ID())
 		return 0
 	}
 	if err != nil {
@@ -96,7 +96,7 @@ func (a *app) cmdPolicySuggest(args []string) int {
 		return exitCordon
 	}
 	if builtin {
-		fmt.Fprintf(a.stdout, "# run %s had the built-in default policy (no file). This file would have allowed what it was refused;\n# save it as %s (or pass it with --policy FILE):\n", r.ID(), path)
+		fmt.Fprintf(a.stdout, "# run %s had the built-in default policy (no file). This file would have allowed what it was refused;\n# save it as %s (or pass it with --policy FILE). Hosts the run got with --allow are not in it:\n", r.ID(), path)
 		fmt.Fprint(a.stdout, udiff.Unified("/dev/null", path, "", string(edited)))
 	} else {
 		if changed {
@@ -128,18 +128,22 @@ func (a *app) writeSuggestion(path string, builtin bool, recorded, project strin
 	if path == "" {
 		return errors.New("no place for a policy file is known (HOME is not set): write the file shown and pass it with --policy")
 	}
-	if err := policy.CheckOutside(path, []string{project}); err != nil {
-		return err
-	}
 	mode := fs.FileMode(0o644)
 	if builtin {
 		if _, err := os.Lstat(path); err == nil {
 			return fmt.Errorf("%s exists now, and the run had the built-in default: nothing written", path)
 		}
+		// The directory is checked: the file does not exist yet.
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
+		if err := policy.CheckOutside(filepath.Dir(path), []string{project}); err != nil {
+			return err
+		}
 	} else {
+		if err := policy.CheckOutside(path, []string{project}); err != nil {
+			return err
+		}
 		now, err := readCapped(path)
 		if err != nil {
 			return err

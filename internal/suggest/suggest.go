@@ -168,20 +168,42 @@ func (a *analyzer) keep(what, why string, n int) {
 	a.keptOrder = append(a.keptOrder, k)
 }
 
-// tunnelFold is how many refused DNS names folded under one domain make it a channel: a resolver
-// retrying a few names of a CDN stays below, a tunnel's stream of distinct names is far above.
-const tunnelFold = 16
+// tunnelNames is how many different refused DNS names under one domain make it a channel: a
+// resolver retrying a name, or a build asking for a CDN's few hosts, stays far below; a tunnel's
+// stream of names, each a few bytes of data, is far above.
+const tunnelNames = 16
 
 // tunnels finds the domains under which the sandbox asked for many different refused names: the
-// shape of data carried out in DNS names, one query at a time.
+// shape of data carried out in DNS names, one query at a time. The log writes the first name of a
+// domain as its own event and folds the different names that follow into events with a Group and a
+// count, window after window, so the names are counted over the whole log: each distinct name of an
+// event of its own, and every decision of a folded one.
 func (a *analyzer) tunnels(events []audit.Event) {
 	a.tunnel = map[string]string{}
+	names := map[string]map[string]bool{}
+	folded := map[string]int{}
 	for _, e := range events {
-		if e.Kind != audit.KindDNS || e.Decision != audit.Deny || e.Group == "" || e.Group == "*" {
+		if e.Kind != audit.KindDNS || e.Decision != audit.Deny || e.Group == "*" {
 			continue
 		}
-		if e.Decisions() >= tunnelFold {
-			a.tunnel[e.Group] = fmt.Sprintf("%d different names under %s were asked for within a second: the shape of data sent out in DNS names", e.Decisions(), e.Group)
+		if e.Group != "" {
+			folded[e.Group] += e.Decisions()
+			continue
+		}
+		d := audit.Domain(strings.ToLower(strings.TrimSuffix(e.Name, ".")))
+		if names[d] == nil {
+			names[d] = map[string]bool{}
+		}
+		names[d][e.Name] = true
+	}
+	for d := range folded {
+		if names[d] == nil {
+			names[d] = map[string]bool{} // a domain whose first name fell out of the log
+		}
+	}
+	for d, ns := range names {
+		if n := len(ns) + folded[d]; n >= tunnelNames {
+			a.tunnel[d] = fmt.Sprintf("%d refused lookups of different names under %s: the shape of data sent out in DNS names", n, d)
 		}
 	}
 }
