@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -242,14 +243,28 @@ func (e *editor) comment(line int, text string) {
 	l := e.lines[line]
 	if !hasComment(l) && !e.commentd[line] {
 		e.commentd[line] = true
-		e.add(textEdit{line: line, col: len(l), text: "  # " + text})
+		e.add(textEdit{line: line, col: len(l), text: "  # " + commentText(text)})
 		return
 	}
-	e.add(textEdit{line: line - 1, col: -1, lines: []string{strings.Repeat(" ", indentOf(l)) + "# " + text}})
+	e.add(textEdit{line: line - 1, col: -1, lines: []string{strings.Repeat(" ", indentOf(l)) + "# " + commentText(text)}})
 }
 
 // item is one entry to append to a sequence: its YAML text (one line) and its comment.
 type item struct{ text, comment string }
+
+// commentText is s made safe to end a line with: what the agent sent (a path, a name) is quoted in
+// comments, and a line break there would start a line of YAML of the agent's choosing.
+func commentText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError {
+			return '?'
+		}
+		if r < 0x20 || r == 0x7f || r == '\u2028' || r == '\u2029' || r == '\u0085' {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
 
 // appendSeq appends items to the sequence seq, in its style.
 func (e *editor) appendSeq(seq *yaml.Node, items []item) error {
@@ -260,7 +275,7 @@ func (e *editor) appendSeq(seq *yaml.Node, items []item) error {
 		dash := seq.Column - 1
 		var lines []string
 		for _, it := range items {
-			lines = append(lines, strings.Repeat(" ", dash)+"- "+it.text+"  # "+it.comment)
+			lines = append(lines, strings.Repeat(" ", dash)+"- "+it.text+"  # "+commentText(it.comment))
 		}
 		e.add(textEdit{line: e.blockEnd(seq, dash), col: -1, lines: lines})
 		return nil
@@ -310,7 +325,7 @@ func (e *editor) addKey(m *yaml.Node, key, inline, comment string, block []strin
 	pad := strings.Repeat(" ", col)
 	var lines []string
 	if inline != "" {
-		lines = []string{pad + key + ": " + inline + "  # " + comment}
+		lines = []string{pad + key + ": " + inline + "  # " + commentText(comment)}
 	} else {
 		lines = []string{pad + key + ":"}
 		for _, b := range block {
@@ -380,7 +395,7 @@ func (e *editor) allow(eps []Endpoint) error {
 	}
 	var block []string
 	for _, it := range fresh {
-		block = append(block, "- "+it.text+"  # "+it.comment)
+		block = append(block, "- "+it.text+"  # "+commentText(it.comment))
 	}
 	switch {
 	case seq != nil:

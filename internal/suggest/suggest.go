@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/policy"
@@ -288,6 +289,11 @@ func (a *analyzer) addDNS(name string, n int) {
 
 func (a *analyzer) addEndpoint(host string, port uint16, n int, dnsOnly bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if ep, err := policy.ParseEndpoint(host); err != nil || ep.Host != host || strings.HasPrefix(host, "*") {
+		// The gateway records only names it could judge; anything else is not written into a policy.
+		a.keep("name "+strconv.Quote(host), "not a host name network.allow can list", n)
+		return
+	}
 	k := endpointKey{host, port}
 	if e := a.allow[k]; e != nil {
 		e.Refused += n
@@ -306,6 +312,10 @@ func (a *analyzer) request(e audit.Event, n int) {
 		a.keep(what, keptReason(e.Reason), n)
 		return
 	}
+	if !isMethod(method) {
+		a.keep(what, "not an HTTP method a rule can name", n)
+		return
+	}
 	p, err := url.PathUnescape(raw)
 	switch {
 	case err != nil || !strings.HasPrefix(p, "/"):
@@ -315,7 +325,7 @@ func (a *analyzer) request(e audit.Event, n int) {
 		a.keep(what, `its path holds "*", which a path glob cannot name exactly: write the rule by hand`, n)
 		return
 	case !checkablePath(p):
-		a.keep(what, "its path has a part a rule can never match (dot or empty segments, a query)", n)
+		a.keep(what, "its path has a part a rule cannot name (a space or control byte, dot or empty segments)", n)
 		return
 	}
 	rule := a.ruleFor(e.Name)
@@ -332,17 +342,14 @@ func (a *analyzer) request(e audit.Event, n int) {
 	h.paths[p] += n
 }
 
-// checkablePath says whether p is a path network.http accepts as an exact entry.
+// isMethod says whether m is a method network.http takes.
+func isMethod(m string) bool { return len(m) <= 32 && policy.ValidMethod(m) }
+
+// checkablePath says whether p is a path network.http takes as an exact entry and the gateway can
+// match (no empty segments, no backslash). A space or control byte is refused by the policy too: the
+// path would be written into the file, and its comment, as the agent sent it.
 func checkablePath(p string) bool {
-	if strings.ContainsAny(p, "?#\\") {
-		return false
-	}
-	for _, seg := range strings.Split(p[1:], "/") {
-		if seg == "." || seg == ".." {
-			return false
-		}
-	}
-	return !strings.Contains(p, "//")
+	return utf8.ValidString(p) && policy.CheckHTTPPath(p) == nil && !strings.Contains(p, "//") && !strings.Contains(p, "\\")
 }
 
 // ruleFor is the index of the first network.http rule whose host matches name, as the gateway's

@@ -1,6 +1,7 @@
 package suggest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,6 +41,14 @@ func httpDeny(method, path string) audit.Event {
 }
 
 func TestSuggest(t *testing.T) {
+	var slow []audit.Event
+	var slowKept []string
+	for i := range 16 {
+		name := fmt.Sprintf("q%d.slow.test", i)
+		slow = append(slow, dnsDeny(name))
+		slowKept = append(slowKept, "DNS name "+name+": 16 refused lookups of different names under slow.test")
+	}
+	slow = append(slow, dnsDeny("a.cdn.test"), dnsDeny("b.cdn.test"), dnsDeny("a.cdn.test"))
 	for _, tc := range []struct {
 		name   string
 		policy string
@@ -133,6 +142,28 @@ func TestSuggest(t *testing.T) {
 				"GET git.test/acme/app.git/x: not something an allow entry lifts: a body on GET",
 			},
 			never: []string{"1.1.1.1", "169.254", "metadata", "localhost", "evil", "tunnel", "pinned", "blocked", "lo.test", "/x"},
+		},
+		{
+			name:   "a tunnel slower than the log's folding, and a CDN's few names",
+			events: slow,
+			want: []string{
+				"    - a.cdn.test  # opens a.cdn.test:443; only its DNS lookup was refused (2 times), so the port is a guess",
+				"    - b.cdn.test  # opens b.cdn.test:443; only its DNS lookup was refused (once), so the port is a guess",
+			},
+			kept: slowKept,
+		},
+		{
+			name: "paths and methods a rule cannot name",
+			events: []audit.Event{
+				httpDeny("GET", "/a%0A%20%20%20%20-%20evil.test"), httpDeny("GET", "/a%20b"), httpDeny("GET", "/a/*"),
+				httpDeny("GET", "/a//b"), httpDeny("get", "/x"), httpDeny("GET", "/ok"),
+			},
+			want: []string{`        - {methods: [GET], paths: ["/ok"]}  # GET to /ok`},
+			kept: []string{
+				"GET git.test:443/a%0A%20%20%20%20-%20evil.test: its path has a part a rule cannot name",
+				"GET git.test:443/a%20b: its path has a part a rule cannot name", `GET git.test:443/a/*: its path holds "*"`,
+				"GET git.test:443/a//b: its path has a part", "get git.test:443/x: not an HTTP method",
+			},
 		},
 		{
 			name:   "no network section yet",
