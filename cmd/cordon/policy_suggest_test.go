@@ -173,3 +173,24 @@ func TestPolicySuggestBuiltinDefault(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyImport: the CLI prints the translation of a real srt settings file, which cordon policy
+// check accepts as a file; an unknown format is a usage error.
+func TestPolicyImport(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		src := filepath.Join(h.base, "srt-settings.json")
+		h.writeFile(src, mustRead(t, filepath.Join("..", "..", "internal", "policyimport", "testdata", "srt-settings.json")), 0o644)
+		r := h.cordon(nil, "", "policy", "import", "--from", "srt", src)
+		if r.code != 0 || !strings.Contains(r.stdout, `- {host: "*.npmjs.org", ports: [443]}`) || !strings.Contains(r.stdout, "# Not imported") {
+			t.Fatalf("policy import:\n%s", r)
+		}
+		out := filepath.Join(h.base, "imported.yaml")
+		h.writeFile(out, r.stdout, 0o644)
+		if c := h.cordon(nil, "", "policy", "check", out); c.code != 0 {
+			t.Errorf("the imported policy does not check:\n%s", c)
+		}
+		if u := h.cordon(nil, "", "policy", "import", "--from", "docker", src); u.code != exitUsage || !strings.Contains(u.stderr, "--from srt or --from claude-code") {
+			t.Errorf("an unknown format:\n%s", u)
+		}
+	})
+}
