@@ -142,11 +142,7 @@ func (p *translation) permissions(perms map[string]any) {
 
 // networkSection imports the network settings both formats share.
 func (p *translation) networkSection(key string, v any) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.note("%s: %s is not an object, not imported", key, show(v))
-		return
-	}
+	m := p.object(key, v)
 	for _, k := range sortedKeys(m) {
 		v, kk := m[k], key+"."+k
 		switch k {
@@ -177,9 +173,8 @@ func (p *translation) networkSection(key string, v any) {
 }
 
 func (p *translation) tlsTerminate(key string, v any) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.note("%s: %s is not an object, not imported", key, show(v))
+	m := p.object(key, v)
+	if m == nil {
 		return
 	}
 	p.note("%s: cordon terminates TLS with a CA of the run's own where a rule needs to read requests (network.http, credentials, network.tls.inspect)", key)
@@ -206,11 +201,7 @@ func (p *translation) tlsTerminate(key string, v any) {
 }
 
 func (p *translation) filesystemSection(key string, v any, form pathForm) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.note("%s: %s is not an object, not imported", key, show(v))
-		return
-	}
+	m := p.object(key, v)
 	for _, k := range sortedKeys(m) {
 		v, kk := m[k], key+"."+k
 		switch k {
@@ -238,11 +229,7 @@ func (p *translation) filesystemSection(key string, v any, form pathForm) {
 // no host file, and a credential the agent may use is a placeholder injected by the gateway, which
 // needs to know where the value goes (header or scheme), so that entry is noted with its template.
 func (p *translation) credentials(key string, v any) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		p.note("%s: %s is not an object, not imported", key, show(v))
-		return
-	}
+	m := p.object(key, v)
 	for _, k := range sortedKeys(m) {
 		kk := key + "." + k
 		switch k {
@@ -269,6 +256,15 @@ func (p *translation) credentials(key string, v any) {
 			p.note("%s %s: no equivalent", kk, show(m[k]))
 		}
 	}
+}
+
+// object is v as a JSON object, or nil (noted) when it is not one.
+func (p *translation) object(key string, v any) map[string]any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		p.note("%s: %s is not an object, not imported", key, show(v))
+	}
+	return m
 }
 
 // topLevel notes the settings of the sandboxes' own mechanics.

@@ -180,17 +180,9 @@ func closing(line string, open int) int {
 			if depth == 0 {
 				return i
 			}
-		case '"':
-			for i++; i < len(line) && line[i] != '"'; i++ {
-				if line[i] == '\\' {
-					i++
-				}
-			}
-		case '\'':
-			for i++; i < len(line) && !(line[i] == '\'' && (i+1 >= len(line) || line[i+1] != '\'')); i++ {
-				if line[i] == '\'' {
-					i++
-				}
+		case '"', '\'':
+			if quoteStarts(line, i) {
+				i = quotedEnd(line, i)
 			}
 		case '#':
 			if i > 0 && (line[i-1] == ' ' || line[i-1] == '\t') {
@@ -199,6 +191,28 @@ func closing(line string, open int) int {
 		}
 	}
 	return -1
+}
+
+// quoteStarts says whether the quote at line[i] opens a quoted scalar (and is not inside a plain one).
+func quoteStarts(line string, i int) bool {
+	return i == 0 || strings.IndexByte(" \t[{,:", line[i-1]) >= 0
+}
+
+// quotedEnd is the index of the quote closing the scalar quoted at line[i] ("..." with backslash
+// escapes, '...' with ” for a quote), or len(line).
+func quotedEnd(line string, i int) int {
+	q := line[i]
+	for j := i + 1; j < len(line); j++ {
+		switch {
+		case q == '"' && line[j] == '\\':
+			j++
+		case line[j] == q && q == '\'' && j+1 < len(line) && line[j+1] == '\'':
+			j++
+		case line[j] == q:
+			return j
+		}
+	}
+	return len(line)
 }
 
 // flowClose is the position of the bracket closing the flow collection n, which must be written on
@@ -223,14 +237,9 @@ func hasComment(line string) bool {
 			if i == 0 || line[i-1] == ' ' || line[i-1] == '\t' {
 				return true
 			}
-		case '"':
-			for i++; i < len(line) && line[i] != '"'; i++ {
-				if line[i] == '\\' {
-					i++
-				}
-			}
-		case '\'':
-			for i++; i < len(line) && line[i] != '\''; i++ {
+		case '"', '\'':
+			if quoteStarts(line, i) {
+				i = quotedEnd(line, i)
 			}
 		}
 	}

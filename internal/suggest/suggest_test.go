@@ -263,3 +263,30 @@ func TestEditKeepsTheFile(t *testing.T) {
 		}
 	}
 }
+
+// TestLineScanning: the editor finds a flow list's end and a line's comment past quoted text.
+func TestLineScanning(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		close   int // of the bracket at the first '['
+		comment bool
+	}{
+		{`allow: [a, b]`, 12, false},
+		{`allow: ["a]b", 'it''s]']  # x`, 23, true},
+		{`allow: ["a\"]"]`, 14, false},
+		{`- "a # b"`, -1, false},
+		{`- it's here  # mine`, -1, true},
+		{`paths: [/a#b]`, 12, false},
+		{`allow: [a  # not closed`, -1, true},
+	} {
+		open := strings.IndexByte(tc.line, '[')
+		if open >= 0 {
+			if got := closing(tc.line, open); got != tc.close {
+				t.Errorf("closing(%q) = %d, want %d", tc.line, got, tc.close)
+			}
+		}
+		if got := hasComment(tc.line); got != tc.comment {
+			t.Errorf("hasComment(%q) = %v, want %v", tc.line, got, tc.comment)
+		}
+	}
+}
