@@ -192,11 +192,40 @@ func idmapUserns(exe string, ids hostIDs) (*os.File, error) {
 	return ns, nil
 }
 
-// detachedMount returns a detached copy of the mount tree at path (recursively), made by cordon on
-// the host so that init needs no access to the path itself. With userns, the copy is idmapped
-// through it; readOnly makes it read-only as well.
-func detachedMount(path string, userns *os.File, readOnly bool) (*os.File, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+// errNotAsChecked is why openResolved refuses a path: it is no longer what was checked.
+var errNotAsChecked = errors.New("the path changed after it was checked")
+
+// openResolved opens path, which the caller resolved with every symbolic link followed and then
+// checked (not in the project when writable, not overlapping cordon's state), as an O_PATH descriptor
+// that pins what was checked. As root, cordon opens these paths with root's rights, so a component
+// that became a symbolic link in between (swapped by another run's agent through a writable policy
+// path, say) must not be followed: openat2 with RESOLVE_NO_SYMLINKS refuses it, and the descriptor's
+// own path must still be the one checked.
+func openResolved(path string) (*os.File, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s: a component of the path is a symbolic link now, after the path was resolved and checked; refusing to follow it with root's rights: %w", path, errNotAsChecked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if got, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || got != path {
+		f.Close()
+		return nil, fmt.Errorf("%s: opened as %q, not the path that was checked; refusing it: %w", path, got, errNotAsChecked)
+	}
+	return f, nil
+}
+
+// detachedMount returns a detached copy of the mount tree at dir (recursively), an O_PATH descriptor
+// from openResolved, made by cordon on the host so that init needs no access to the path itself.
+// With userns, the copy is idmapped through it; readOnly makes it read-only as well.
+func detachedMount(dir *os.File, userns *os.File, readOnly bool) (*os.File, error) {
+	path := dir.Name()
+	fd, err := unix.OpenTree(int(dir.Fd()), "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return nil, fmt.Errorf("open_tree %s: %w", path, err)
 	}
@@ -219,6 +248,16 @@ func detachedMount(path string, userns *os.File, readOnly bool) (*os.File, error
 		}
 	}
 	return f, nil
+}
+
+// detachedMountAt is detachedMount of the path, opened with openResolved.
+func detachedMountAt(path string, userns *os.File, readOnly bool) (*os.File, error) {
+	dir, err := openResolved(path)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return detachedMount(dir, userns, readOnly)
 }
 
 // maxHostSources bounds the descriptors one message carries (the kernel's SCM_MAX_FD is 253).
@@ -246,8 +285,17 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 	}
 	defer userns.Close()
 	ws := spec.Workspace
-	src, err := detachedMount(ws.Source, userns, ws.Overlay != nil)
-	if err != nil && ws.Overlay != nil {
+	source := ws.Source
+	if ws.Overlay == nil {
+		// The copy is in cordon's own state directory, which no agent can write: its links are
+		// resolved here. The project itself (the overlay's lower layer) was resolved when it was
+		// chosen, and must still be what was resolved.
+		if real, err := filepath.EvalSymlinks(source); err == nil {
+			source = real
+		}
+	}
+	src, err := detachedMountAt(source, userns, ws.Overlay != nil)
+	if err != nil && ws.Overlay != nil && !errors.Is(err, errNotAsChecked) {
 		// The project's file system cannot be idmapped (ramfs, some network and FUSE file
 		// systems): the caller falls back to a copy in cordon's state directory, as it does when
 		// overlayfs itself is unavailable, and that copy is idmapped instead.
@@ -262,27 +310,26 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 		if filepath.Dir(ws.Overlay.Work) != layers {
 			return files, fmt.Errorf("the overlay's upper (%s) and work (%s) directories are not in one directory", ws.Overlay.Upper, ws.Overlay.Work)
 		}
-		f, err := detachedMount(layers, userns, false)
+		// cordon's own directory, which no agent can write: its links (a state root under a
+		// linked home, say) are resolved here.
+		if real, err := filepath.EvalSymlinks(layers); err == nil {
+			layers = real
+		}
+		f, err := detachedMountAt(layers, userns, false)
 		if err != nil {
 			return files, err
 		}
 		files = append(files, f)
 	}
 	for _, m := range spec.Mounts {
-		var f *os.File
-		if !m.Writable {
-			// Read-only, the caller's files may as well read as the agent's own (a 0600 file of
-			// root's stays readable, as the policy asked): nothing of them can change. A tree with a
-			// file system that cannot be idmapped is shown with its host owners instead.
-			if f, err = detachedMount(m.Source, userns, true); err != nil {
-				w.Printf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err)
-				f = nil
-			}
+		dir, err := openResolved(m.Source)
+		if err != nil {
+			return files, err
 		}
-		if f == nil {
-			if f, err = detachedMount(m.Source, nil, false); err != nil {
-				return files, err
-			}
+		f, err := policyMount(dir, m, userns, w)
+		dir.Close()
+		if err != nil {
+			return files, err
 		}
 		if m.Writable && !mayWrite(f, ids) {
 			w.Printf("filesystem.readwrite: %s is not writable by uid %d, as which the agent writes there when cordon runs as root; give it access (chown or an ACL) or run cordon as an ordinary user", m.Source, ids.UID)
@@ -290,6 +337,22 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// policyMount is the detached copy of one policy path: idmapped and read-only for a read-only path
+// where its file system allows, else with its host owners.
+func policyMount(dir *os.File, m sandbox.Mount, userns *os.File, w warn.Func) (*os.File, error) {
+	if !m.Writable {
+		// Read-only, the caller's files may as well read as the agent's own (a 0600 file of root's
+		// stays readable, as the policy asked): nothing of them can change. A tree with a file
+		// system that cannot be idmapped is shown with its host owners instead.
+		f, err := detachedMount(dir, userns, true)
+		if err == nil {
+			return f, nil
+		}
+		w.Printf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err)
+	}
+	return detachedMount(dir, nil, false)
 }
 
 // mayWrite guesses from its owner and mode whether the agent's host ids may write the root of a

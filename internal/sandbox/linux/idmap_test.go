@@ -183,3 +183,53 @@ echo y > %[2]s/mine && echo SHARED-OK`, rootDir, shared))
 		t.Errorf("the lower layer changed: %q", b)
 	}
 }
+
+// TestRootRefusesPathSwappedForLink attacks the window between the run's check of a policy path and
+// cordon opening it with root's rights: the path was resolved and checked as a plain directory, and a
+// component has become a symbolic link to a directory of root's secrets by the time the box starts.
+// The box must refuse to start rather than show the secrets; the control starts the same spec with
+// the path as checked and reads the file that was meant to be shown.
+func TestRootRefusesPathSwappedForLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only cordon running as root opens policy paths with root's rights")
+	}
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o755)
+	ws, shared, secrets := filepath.Join(base, "ws"), filepath.Join(base, "shared"), filepath.Join(base, "secrets")
+	for _, d := range []string{ws, filepath.Join(shared, "data"), secrets} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(secrets, 0o700)
+	os.WriteFile(filepath.Join(shared, "data", "meant.txt"), []byte("MEANT\n"), 0o644)
+	os.WriteFile(filepath.Join(secrets, "meant.txt"), []byte("ROOT-SECRET\n"), 0o600)
+	checked := filepath.Join(shared, "data")
+	run := func() (string, error) {
+		spec := testSpecIn(ws, "cat", filepath.Join(checked, "meant.txt"))
+		spec.Mounts = []sandbox.Mount{{Source: checked}}
+		out, st, err := startSpec(t, spec)
+		if err == nil && st.Code != 0 {
+			t.Logf("exit %d: %s", st.Code, out)
+		}
+		return out, err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "MEANT") {
+		t.Fatalf("control: the checked path is not shown: %q %v", out, err)
+	}
+	// The swap: shared/data is now a link to the secrets, as a process with write access to shared
+	// (another run's agent, through a readwrite path) could make it.
+	if err := os.Rename(checked, filepath.Join(shared, "old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secrets, checked); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run()
+	if strings.Contains(out, "ROOT-SECRET") {
+		t.Fatalf("the box showed root's secrets through a link swapped in after the check: %q", out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("the box started over a swapped path (err %v, output %q); it must refuse", err, out)
+	}
+}
