@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -66,16 +67,18 @@ func RootSandboxIDs(u sandbox.User) (uid, gid int, err error) {
 
 // idFiles are the host files the range and its collisions are read from (other paths in tests).
 type idFiles struct {
-	SubUID, SubGID, Passwd, Group string
+	SubUID, SubGID, Passwd, Group, NSSwitch string
 }
 
 // hostIDFiles are the host's own.
 func hostIDFiles() idFiles {
-	return idFiles{SubUID: "/etc/subuid", SubGID: "/etc/subgid", Passwd: "/etc/passwd", Group: "/etc/group"}
+	return idFiles{SubUID: "/etc/subuid", SubGID: "/etc/subgid", Passwd: "/etc/passwd", Group: "/etc/group", NSSwitch: "/etc/nsswitch.conf"}
 }
 
 // rootHostIDs picks the host ids for the sandbox user u from the reserved range, refusing ids that
-// an account or group of the host owns (the agent would act with its rights).
+// an account or group of the host owns, or that another user's subordinate range hands out (the
+// agent would act with its rights, or that user's containers with the agent's). A file that exists
+// but cannot be read is an error: it may name the owner.
 func rootHostIDs(u sandbox.User, files idFiles) (hostIDs, error) {
 	uid, err := fromRange(files.SubUID, u.UID)
 	if err != nil {
@@ -85,13 +88,109 @@ func rootHostIDs(u sandbox.User, files idFiles) (hostIDs, error) {
 	if err != nil {
 		return hostIDs{}, err
 	}
-	if name, ok := idOwner(files.Passwd, uid); ok {
-		return hostIDs{}, fmt.Errorf("host uid %d, where the sandbox user would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", uid, name, idRangeUser, files.SubUID)
-	}
-	if name, ok := idOwner(files.Group, gid); ok {
-		return hostIDs{}, fmt.Errorf("host gid %d, where the sandbox group would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", gid, name, idRangeUser, files.SubGID)
+	for _, c := range []struct {
+		kind, db, sub, file, subFile string
+		id                           int
+	}{
+		{"uid", "passwd", "user", files.Passwd, files.SubUID, uid},
+		{"gid", "group", "group", files.Group, files.SubGID, gid},
+	} {
+		name, ok, err := idOwner(c.file, c.id)
+		if err == nil && !ok {
+			name, ok, err = nssOwner(files.NSSwitch, c.db, c.id)
+		}
+		if err != nil {
+			return hostIDs{}, fmt.Errorf("checking that host %s %d, where the sandbox %s would map, belongs to no one: %w", c.kind, c.id, c.sub, err)
+		}
+		if ok {
+			return hostIDs{}, fmt.Errorf("host %s %d, where the sandbox %s would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", c.kind, c.id, c.sub, name, idRangeUser, c.subFile)
+		}
+		name, ok, err = subordinateOwner(c.subFile, c.id)
+		if err != nil {
+			return hostIDs{}, err
+		}
+		if ok {
+			return hostIDs{}, fmt.Errorf("host %s %d, where the sandbox %s would map, is in the subordinate range of %q in %s; reserve a range no one else has with a line \"%s:BASE:COUNT\" there", c.kind, c.id, c.sub, name, c.subFile, idRangeUser)
+		}
 	}
 	return hostIDs{UID: uid, GID: gid}, nil
+}
+
+// subordinateOwner reports another name than cordon's whose range in a subuid or subgid file holds
+// id (a name may have several lines; each is a range).
+func subordinateOwner(file string, id int) (string, bool, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(strings.TrimSpace(line), ":")
+		if len(fields) != 3 || fields[0] == idRangeUser {
+			continue
+		}
+		b, err1 := strconv.ParseUint(fields[1], 10, 32)
+		c, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue // not a range: the tools that use the file ignore it too
+		}
+		if uint64(id) >= b && uint64(id) < b+c {
+			return fields[0], true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// nssOwner asks the name service, through getent, who owns id, when nsswitch.conf names a source
+// for db beyond the local files that idOwner read (LDAP, SSSD, NIS): an account there is an account
+// too. Without such a source nothing is run.
+func nssOwner(nsswitch, db string, id int) (string, bool, error) {
+	data, err := os.ReadFile(nsswitch)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if !remoteSources(data, db) {
+		return "", false, nil
+	}
+	out, err := exec.Command("getent", db, strconv.Itoa(id)).Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		return "", false, nil // getent's "not found"
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("nsswitch.conf names other sources for %s; asking getent: %w", db, err)
+	}
+	name, _, _ := strings.Cut(string(out), ":")
+	return name, true, nil
+}
+
+// remoteSources reports whether the nsswitch.conf contents name, for db, a source other than the
+// local files (files, compat without NIS entries is close enough to files to be read by idOwner)
+// and systemd's dynamic users (which never take ids of cordon's range).
+func remoteSources(data []byte, db string) bool {
+	for _, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(key) != db {
+			continue
+		}
+		for _, src := range strings.Fields(rest) {
+			if strings.HasPrefix(src, "[") {
+				continue // an action, [NOTFOUND=return]
+			}
+			switch src {
+			case "files", "systemd", "compat":
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fromRange is BASE+id for the range file gives "cordon", or for the default range.
@@ -132,20 +231,24 @@ func parseSubordinate(data []byte, name string) (base, count int, found bool, er
 	return 0, 0, false, nil
 }
 
-// idOwner reports the name that owns id in a passwd or group file (NAME:x:ID:...).
-func idOwner(file string, id int) (string, bool) {
+// idOwner reports the name that owns id in a passwd or group file (NAME:x:ID:...); a file that is
+// absent owns nothing, one that cannot be read is an error.
+func idOwner(file string, id int) (string, bool, error) {
 	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
 	if err != nil {
-		return "", false
+		return "", false, err
 	}
 	want := strconv.Itoa(id)
 	for _, line := range strings.Split(string(b), "\n") {
 		fields := strings.Split(line, ":")
 		if len(fields) >= 3 && fields[2] == want {
-			return fields[0], true
+			return fields[0], true, nil
 		}
 	}
-	return "", false
+	return "", false, nil
 }
 
 // idmapUserns creates the user namespace that idmaps the workspace's mounts: on-disk uid and gid

@@ -46,10 +46,11 @@ func TestParseSubordinate(t *testing.T) {
 func TestRootHostIDs(t *testing.T) {
 	u := sandbox.User{UID: 1000, GID: 1000, Name: "cordon", Home: "/home/cordon"}
 	for _, tc := range []struct {
-		name                          string
-		subuid, subgid, passwd, group string
-		uid, gid                      int
-		wantErr                       string
+		name                                    string
+		subuid, subgid, passwd, group, nsswitch string
+		uid, gid                                int
+		wantErr                                 string
+		unreadablePasswd                        bool
 	}{
 		{name: "default range", passwd: "root:x:0:0::/root:/bin/sh\n", uid: DefaultIDBase + 1000, gid: DefaultIDBase + 1000},
 		{name: "reserved range", subuid: "cordon:300000:65536\n", subgid: "cordon:500000:65536\n", uid: 301000, gid: 501000},
@@ -57,6 +58,14 @@ func TestRootHostIDs(t *testing.T) {
 		{name: "uid of an account", subuid: "cordon:0:65536\n", wantErr: "malformed"},
 		{name: "collides with a user", subuid: "cordon:1000:65536\n", passwd: "dev:x:2000:2000::/home/dev:/bin/sh\n", wantErr: `belongs to "dev"`},
 		{name: "collides with a group", subgid: "cordon:1000:65536\n", group: "devs:x:2000:\n", wantErr: `belongs to "devs"`},
+		{name: "in another user's subordinate uids", subuid: "alice:100000:65536\ncordon:100000:65536\n", wantErr: `subordinate range of "alice"`},
+		{name: "in another group's subordinate gids", subgid: "bob:2000001000:10\n", wantErr: `subordinate range of "bob"`},
+		{name: "a subordinate range beside it", subuid: "alice:100000:65536\ncordon:165536:65536\n", subgid: "alice:100000:65536\ncordon:165536:65536\n", uid: 166536, gid: 166536},
+		{name: "passwd unreadable", unreadablePasswd: true, wantErr: "belongs to no one"},
+		// getent answers from the machine's own databases: uid 65534 is Debian's "nobody", in no
+		// file of the test's, found only by asking the name service.
+		{name: "accounts from a directory service", subuid: "cordon:64534:65536\n", subgid: "cordon:64534:65536\n", nsswitch: "passwd: files ldap\ngroup: files\n", wantErr: `belongs to "nobody"`},
+		{name: "local files only", nsswitch: "passwd: files systemd\ngroup: compat [NOTFOUND=return] files\n", uid: DefaultIDBase + 1000, gid: DefaultIDBase + 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -69,7 +78,13 @@ func TestRootHostIDs(t *testing.T) {
 				}
 				return p
 			}
-			files := idFiles{SubUID: write("subuid", tc.subuid), SubGID: write("subgid", tc.subgid), Passwd: write("passwd", tc.passwd), Group: write("group", tc.group)}
+			files := idFiles{SubUID: write("subuid", tc.subuid), SubGID: write("subgid", tc.subgid), Passwd: write("passwd", tc.passwd), Group: write("group", tc.group), NSSwitch: write("nsswitch.conf", tc.nsswitch)}
+			if tc.unreadablePasswd {
+				// A directory in its place: reading fails for root too.
+				if err := os.Mkdir(files.Passwd, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
 			ids, err := rootHostIDs(u, files)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
