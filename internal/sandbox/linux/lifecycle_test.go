@@ -152,6 +152,37 @@ func TestStartHonoursContext(t *testing.T) {
 		}
 		cancel()
 	}
+
+	// A context that ends after Start returned bounds nothing any more: the command runs on. It
+	// waits on its stdin until the context has ended, then lives 200ms more, time enough for a
+	// kill still armed by Start to land.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	l, err = (&Backend{}).Launch(context.Background(), &sandbox.LaunchSpec{User: testUser, Stdin: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	ctx, cancel = context.WithCancel(context.Background())
+	ws = t.TempDir()
+	sb, err := l.Start(ctx, testSpecIn(ws, "sh", "-c", "read x; sleep 0.2; touch done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	w.Write([]byte("go\n"))
+	w.Close()
+	st, err := sb.Wait(context.Background())
+	if err != nil || st.Code != 0 || st.Signal != nil {
+		t.Fatalf("a command whose Start context ended after it started: Wait = %+v, %v; want exit 0", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "done")); err != nil {
+		t.Fatalf("the command did not finish: %v", err)
+	}
 }
 
 // TestWaitHonoursContext: a Wait whose context ends kills the box and returns the context's error,
