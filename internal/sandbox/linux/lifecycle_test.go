@@ -64,8 +64,14 @@ func TestNoOverlayThenRetry(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(lower, "ran")); err != nil || string(b) != "ran\n" {
 		t.Fatalf("the retried command did not run in the plain workspace: %q %v", b, err)
 	}
-	if _, err := l.Retry(context.Background(), spec); err != nil {
-		t.Errorf("a second Retry after the failed Start: %v", err)
+	// A second Retry is a second box: it is waited for, or its command would still be writing
+	// into the workspace while the test's directories are removed.
+	sb, err = l.Retry(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("a second Retry after the failed Start: %v", err)
+	}
+	if st, err := sb.Wait(context.Background()); err != nil || st.Code != 0 {
+		t.Errorf("the second Retry's box: Wait = %+v, %v", st, err)
 	}
 }
 
