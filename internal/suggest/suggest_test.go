@@ -178,6 +178,23 @@ func TestSuggest(t *testing.T) {
 			want:   []string{"network:", "  allow:", "    - a.test  # opens TCP to a.test:443 (1 connection refused)"},
 		},
 		{
+			name:   "block entries: ports to add to a list, a mapping without ports",
+			policy: "version: 1\nnetwork:\n  allow:\n    - host: a.test\n      ports:\n        - 8080\n    - host: b.test\n    # trailing note\nlimits: {pids: 10}\n",
+			events: []audit.Event{connect("a.test", 9090, "port 9090 not allowed for this host"), connect("b.test", 22, "port 22 not allowed for this host")},
+			want: []string{
+				"        - 9090  # opens TCP to a.test:9090 (1 connection refused)",
+				"      ports: [443, 22]  # opens TCP to b.test:22 (1 connection refused)",
+			},
+		},
+		{
+			name:   "a wildcard entry stays, the name gets its own",
+			policy: "version: 1\nnetwork:\n  allow: [\"*.example.com\"]\n",
+			events: []audit.Event{connect("api.example.com", 8443, "port 8443 not allowed for this host")},
+			want: []string{
+				`  allow: ["*.example.com", {host: api.example.com, ports: [8443]}]  # {host: api.example.com, ports: [8443]}: opens TCP to api.example.com:8443 (1 connection refused)`,
+			},
+		},
+		{
 			name:   "a flow allow list and four-space indentation",
 			policy: "version: 1\nnetwork:\n    allow: [x.test]  # mine\n",
 			events: []audit.Event{connect("b.test", 443, reasonNotAllowed)},
