@@ -51,7 +51,7 @@ func (e Endpoint) Comment() string {
 	if e.DNSOnly {
 		return fmt.Sprintf("opens %s:%d; only its DNS lookup was refused (%s), so the port is a guess", e.Host, e.Port, times(e.Refused))
 	}
-	return fmt.Sprintf("opens TCP to %s:%d (%s refused)", e.Host, e.Port, plural(e.Refused, "connection"))
+	return fmt.Sprintf("opens TCP to %s:%d (refused %s)", e.Host, e.Port, times(e.Refused))
 }
 
 // HTTPEntry is one method and path (or path prefix) to allow on a network.http rule.
@@ -482,13 +482,6 @@ func hostPort(host string, port uint16) string {
 		return "[" + host + "]:" + strconv.Itoa(int(port))
 	}
 	return host + ":" + strconv.Itoa(int(port))
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func times(n int) string {

@@ -61,23 +61,23 @@ func TestSuggest(t *testing.T) {
 		{
 			name:   "a new host and port",
 			events: []audit.Event{connect("new.test", 8443, reasonNotAllowed), connect("new.test", 8443, reasonNotAllowed)},
-			want:   []string{"    - {host: new.test, ports: [8443]}  # opens TCP to new.test:8443 (2 connections refused)"},
+			want:   []string{"    - {host: new.test, ports: [8443]}  # opens TCP to new.test:8443 (refused 2 times)"},
 		},
 		{
 			name:   "a port for a bare host",
 			events: []audit.Event{connect("api.example.com", 8080, "port 8080 not allowed for this host")},
-			want:   []string{"    # opens TCP to api.example.com:8080 (1 connection refused)", "    - {host: api.example.com, ports: [443, 8080]}   # the API"},
+			want:   []string{"    # opens TCP to api.example.com:8080 (refused once)", "    - {host: api.example.com, ports: [443, 8080]}   # the API"},
 		},
 		{
 			name:   "a port for a flow entry",
 			events: []audit.Event{connect("git.test", 9418, "port 9418 not allowed for this host")},
-			want:   []string{"    - {host: git.test, ports: [443, 9418]}  # 9418: opens TCP to git.test:9418 (1 connection refused)"},
+			want:   []string{"    - {host: git.test, ports: [443, 9418]}  # 9418: opens TCP to git.test:9418 (refused once)"},
 		},
 		{
 			name:   "a DNS lookup alone and a name with a connection",
 			events: []audit.Event{dnsDeny("only-dns.test"), dnsDeny("both.test"), connect("both.test", 80, reasonNotAllowed)},
 			want: []string{
-				"    - {host: both.test, ports: [80]}  # opens TCP to both.test:80 (2 connections refused)",
+				"    - {host: both.test, ports: [80]}  # opens TCP to both.test:80 (refused 2 times)",
 				"    - only-dns.test  # opens only-dns.test:443; only its DNS lookup was refused (once), so the port is a guess",
 			},
 		},
@@ -124,7 +124,7 @@ func TestSuggest(t *testing.T) {
 				{Kind: audit.KindHTTP, Name: "git.test", Decision: audit.Deny, Rule: "network.http[0].allow[0]", Reason: "a body on GET is not allowed", Detail: map[string]string{"method": "GET", "path": "/acme/app.git/x"}},
 				connect("fine.test", 443, reasonNotAllowed), // the control: this one is suggested
 			},
-			want: []string{"    - fine.test  # opens TCP to fine.test:443 (1 connection refused)"},
+			want: []string{"    - fine.test  # opens TCP to fine.test:443 (refused once)"},
 			kept: []string{
 				"connection to 1.1.1.1:80: a raw IP address", "connection to 169.254.169.254:80: a cloud metadata address",
 				"connection to :80: a raw IP address (not one the sandbox's DNS handed out)",
@@ -169,21 +169,21 @@ func TestSuggest(t *testing.T) {
 			name:   "no network section yet",
 			policy: "version: 1\nfilesystem:\n  readonly: [/opt]\n",
 			events: []audit.Event{connect("a.test", 443, reasonNoNetwork)},
-			want:   []string{"network:", "  allow:", "    - a.test  # opens TCP to a.test:443 (1 connection refused)"},
+			want:   []string{"network:", "  allow:", "    - a.test  # opens TCP to a.test:443 (refused once)"},
 		},
 		{
 			name:   "the built-in default",
 			policy: DefaultText,
 			events: []audit.Event{connect("a.test", 443, reasonNoNetwork)},
-			want:   []string{"network:", "  allow:", "    - a.test  # opens TCP to a.test:443 (1 connection refused)"},
+			want:   []string{"network:", "  allow:", "    - a.test  # opens TCP to a.test:443 (refused once)"},
 		},
 		{
 			name:   "block entries: ports to add to a list, a mapping without ports",
 			policy: "version: 1\nnetwork:\n  allow:\n    - host: a.test\n      ports:\n        - 8080\n    - host: b.test\n    # trailing note\nlimits: {pids: 10}\n",
 			events: []audit.Event{connect("a.test", 9090, "port 9090 not allowed for this host"), connect("b.test", 22, "port 22 not allowed for this host")},
 			want: []string{
-				"        - 9090  # opens TCP to a.test:9090 (1 connection refused)",
-				"      ports: [443, 22]  # opens TCP to b.test:22 (1 connection refused)",
+				"        - 9090  # opens TCP to a.test:9090 (refused once)",
+				"      ports: [443, 22]  # opens TCP to b.test:22 (refused once)",
 			},
 		},
 		{
@@ -191,14 +191,14 @@ func TestSuggest(t *testing.T) {
 			policy: "version: 1\nnetwork:\n  allow: [\"*.example.com\"]\n",
 			events: []audit.Event{connect("api.example.com", 8443, "port 8443 not allowed for this host")},
 			want: []string{
-				`  allow: ["*.example.com", {host: api.example.com, ports: [8443]}]  # {host: api.example.com, ports: [8443]}: opens TCP to api.example.com:8443 (1 connection refused)`,
+				`  allow: ["*.example.com", {host: api.example.com, ports: [8443]}]  # {host: api.example.com, ports: [8443]}: opens TCP to api.example.com:8443 (refused once)`,
 			},
 		},
 		{
 			name:   "a flow allow list and four-space indentation",
 			policy: "version: 1\nnetwork:\n    allow: [x.test]  # mine\n",
 			events: []audit.Event{connect("b.test", 443, reasonNotAllowed)},
-			want:   []string{"    # b.test: opens TCP to b.test:443 (1 connection refused)", "    allow: [x.test, b.test]  # mine"},
+			want:   []string{"    # b.test: opens TCP to b.test:443 (refused once)", "    allow: [x.test, b.test]  # mine"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
