@@ -348,9 +348,22 @@ func (e *editor) addKey(m *yaml.Node, key, inline, comment string, block []strin
 // endpointText is an allow entry as the README writes them: a bare host for port 443 alone.
 func endpointText(host string, ports []uint16) string {
 	if len(ports) == 1 && ports[0] == 443 {
-		return host
+		return scalar(host)
 	}
-	return fmt.Sprintf("{host: %s, ports: [%s]}", host, portList(ports))
+	return fmt.Sprintf("{host: %s, ports: [%s]}", scalar(host), portList(ports))
+}
+
+// scalar writes s plain when YAML reads that back as the same string, else double-quoted: a name
+// such as 0b0, yes or null would otherwise be read as a number, a boolean or nothing, and one
+// starting with * as an alias.
+func scalar(s string) string {
+	var v map[string]any
+	if !strings.ContainsAny(s, "{}[],#&*!|>'\"%@`: ") && yaml.Unmarshal([]byte("k: "+s), &v) == nil {
+		if got, ok := v["k"].(string); ok && got == s {
+			return s
+		}
+	}
+	return strconv.Quote(s)
 }
 
 func portList(ports []uint16) string {
@@ -510,7 +523,16 @@ func (e *editor) http(entries []HTTPEntry) error {
 	}
 	byRule := map[int][]item{}
 	var order []int
+	var fresh []string // hosts that get a rule of their own
+	byHost := map[string][]HTTPEntry{}
 	for _, h := range entries {
+		if h.NewRule {
+			if byHost[h.Host] == nil {
+				fresh = append(fresh, h.Host)
+			}
+			byHost[h.Host] = append(byHost[h.Host], h)
+			continue
+		}
 		if rules == nil || rules.Kind != yaml.SequenceNode || h.Rule >= len(rules.Content) {
 			return fmt.Errorf("%s: network.http[%d]: no such rule in the file", e.name, h.Rule)
 		}
@@ -520,10 +542,26 @@ func (e *editor) http(entries []HTTPEntry) error {
 		if byRule[h.Rule] == nil {
 			order = append(order, h.Rule)
 		}
-		byRule[h.Rule] = append(byRule[h.Rule], item{
-			text:    fmt.Sprintf("{methods: [%s], paths: [%s]}", strings.Join(h.Methods, ", "), strconv.Quote(h.Path)),
-			comment: h.Comment(),
-		})
+		byRule[h.Rule] = append(byRule[h.Rule], item{text: accessText(h), comment: h.Comment()})
+	}
+	if len(fresh) > 0 {
+		if rules == nil || rules.Kind != yaml.SequenceNode {
+			return fmt.Errorf("%s: no network.http list to add a rule to", e.name)
+		}
+		var items []item
+		for _, host := range fresh {
+			var accesses, comments []string
+			for _, h := range byHost[host] {
+				accesses, comments = append(accesses, accessText(h)), append(comments, h.Comment())
+			}
+			items = append(items, item{
+				text:    fmt.Sprintf("{host: %s, allow: [%s]}", scalar(host), strings.Join(accesses, ", ")),
+				comment: strings.Join(comments, "; ") + " (a rule of its own: the other names under the wildcard gain nothing)",
+			})
+		}
+		if err := e.appendSeq(rules, items); err != nil {
+			return err
+		}
 	}
 	for _, r := range order {
 		allow := get(rules.Content[r], "allow")
@@ -535,6 +573,11 @@ func (e *editor) http(entries []HTTPEntry) error {
 		}
 	}
 	return nil
+}
+
+// accessText is an HTTP entry as a network.http allow entry.
+func accessText(h HTTPEntry) string {
+	return fmt.Sprintf("{methods: [%s], paths: [%s]}", strings.Join(h.Methods, ", "), strconv.Quote(h.Path))
 }
 
 // Check parses the edited policy as cordon run would and confirms that it allows what the plan was
@@ -560,6 +603,12 @@ func Check(name string, edited []byte, opts policy.Options, presets policy.Prese
 		}
 	}
 	for _, h := range plan.HTTP {
+		if h.NewRule {
+			if pol.Network == nil || !slices.ContainsFunc(pol.Network.HTTP, func(r policy.HTTPRule) bool { return r.Host == h.Host && ruleAllows(r, h) }) {
+				return nil, fmt.Errorf("the edited policy has no network.http rule for %s allowing %s %s", h.Host, strings.Join(h.Methods, ","), h.Path)
+			}
+			continue
+		}
 		if pol.Network == nil || h.Rule >= len(pol.Network.HTTP) {
 			return nil, fmt.Errorf("the edited policy lost network.http[%d]", h.Rule)
 		}

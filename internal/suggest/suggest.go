@@ -59,6 +59,9 @@ type HTTPEntry struct {
 	// Rule is the index of the network.http entry to add it to; RuleHost that entry's host.
 	Rule     int
 	RuleHost string
+	// NewRule: the host is covered only by a wildcard rule, so the entry goes into a new rule for
+	// that host alone (Rule is -1, RuleHost the host): the other names under the wildcard gain nothing.
+	NewRule bool
 	// Host is the name the requests went to.
 	Host    string
 	Methods []string
@@ -333,10 +336,16 @@ func (a *analyzer) request(e audit.Event, n int) {
 		a.keep(what, "no network.http rule of the current policy file covers "+e.Name, n)
 		return
 	}
-	k := httpKey{rule: rule, host: strings.ToLower(e.Name), method: strings.ToUpper(method)}
+	host := strings.ToLower(strings.TrimSuffix(e.Name, "."))
+	ruleHost := a.pol.Network.HTTP[rule].Host
+	if ruleHost != host {
+		// A wildcard rule: widening it would open the path on every name under it.
+		rule, ruleHost = -1, host
+	}
+	k := httpKey{rule: rule, host: host, method: strings.ToUpper(method)}
 	h := a.http[k]
 	if h == nil {
-		h = &httpRefused{ruleHost: a.pol.Network.HTTP[rule].Host, paths: map[string]int{}}
+		h = &httpRefused{ruleHost: ruleHost, paths: map[string]int{}}
 		a.http[k] = h
 	}
 	h.paths[p] += n
@@ -404,7 +413,7 @@ func (a *analyzer) plan() Plan {
 	})
 	for k, h := range a.http {
 		for _, g := range generalise(h.paths) {
-			g.Rule, g.RuleHost, g.Host, g.Methods = k.rule, h.ruleHost, k.host, []string{k.method}
+			g.Rule, g.RuleHost, g.Host, g.Methods, g.NewRule = k.rule, h.ruleHost, k.host, []string{k.method}, k.rule < 0
 			p.HTTP = append(p.HTTP, g)
 		}
 	}

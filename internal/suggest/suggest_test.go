@@ -99,6 +99,15 @@ func TestSuggest(t *testing.T) {
 			never: []string{`"/api/*"`, `"/*"`},
 		},
 		{
+			name:   "a host under a wildcard rule gets a rule of its own",
+			policy: "version: 1\nnetwork:\n  allow: [\"*.git.test\"]\n  http:\n    - host: \"*.git.test\"\n      allow: [{methods: [GET], paths: [\"/*\"]}]\n",
+			events: []audit.Event{
+				{Kind: audit.KindHTTP, Name: "eu.git.test", Port: 443, Decision: audit.Deny, Rule: "network.http[0]",
+					Reason: "POST /a/b.git/git-receive-pack is not allowed by network.http[0]", Detail: map[string]string{"method": "POST", "path": "/a/b.git/git-receive-pack"}},
+			},
+			want: []string{`    - {host: eu.git.test, allow: [{methods: [POST], paths: ["/a/b.git/git-receive-pack"]}]}  # POST to /a/b.git/git-receive-pack: pushing to a/b (a rule of its own: the other names under the wildcard gain nothing)`},
+		},
+		{
 			name:   "methods of one path merge",
 			events: []audit.Event{httpDeny("PUT", "/up/a"), httpDeny("DELETE", "/up/a")},
 			want:   []string{`        - {methods: [DELETE, PUT], paths: ["/up/a"]}  # DELETE, PUT to /up/a`},
