@@ -13,12 +13,16 @@ package policyimport
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
 // translation is what an import produces, rendered by render.
@@ -298,8 +302,58 @@ func (p *translation) denyWrite(key string, paths []string, form pathForm) {
 	}
 }
 
+// checked keeps the entries cordon's parser accepts, each tried alone in the section it goes to, and
+// turns every other one into a note with the parser's words: a value another sandbox takes (an
+// environment name with a dot, a host with a space) is never written where it would stop the whole
+// policy from loading, nor dropped.
+func (p *translation) checked() {
+	try := func(origin, doc string) bool {
+		_, err := policy.Parse("check", []byte("version: 1\n"+doc), policy.Options{Home: "/nonexistent"})
+		if err == nil {
+			return true
+		}
+		msg := err.Error()
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			msg = pe.Msg
+		}
+		p.note("%s: %s, not imported", origin, msg)
+		return false
+	}
+	p.allow = slices.DeleteFunc(p.allow, func(e endpoint) bool {
+		return !try(e.comment, fmt.Sprintf("network:\n  allow: [{host: %s, ports: [%s]}]\n", quote(e.host), ports(e.ports)))
+	})
+	p.deny = slices.DeleteFunc(p.deny, func(e entry) bool {
+		return !try(e.comment, "network:\n  deny: ["+quote(e.value)+"]\n")
+	})
+	p.fsDeny = slices.DeleteFunc(p.fsDeny, func(e entry) bool {
+		return !try(e.comment, "filesystem:\n  deny: ["+quote(e.value)+"]\n")
+	})
+	p.readwrite = slices.DeleteFunc(p.readwrite, func(e entry) bool {
+		return !try(e.comment, "filesystem:\n  readwrite: ["+quote(e.value)+"]\n")
+	})
+	p.envSet = slices.DeleteFunc(p.envSet, func(e kv) bool {
+		return !try("env."+e.key, "env:\n  set: {"+quote(e.key)+": "+quote(e.value)+"}\n")
+	})
+	if p.caFile.value != "" && !try(p.caFile.comment, "network:\n  tls: {caFile: "+quote(p.caFile.value)+"}\n") {
+		p.caFile = entry{}
+	}
+}
+
+// commentText is s made safe to end a line with: no line break or control character from another
+// file's values can start a line of YAML.
+func commentText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '\u2028' || r == '\u2029' || r == '\u0085' || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
+
 // render writes the policy as YAML, every line commented with its origin, the notes at the end.
 func (p *translation) render() []byte {
+	p.checked()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Imported by cordon policy import --from %s from %s.\n", p.from, p.file)
 	b.WriteString("# Check it (cordon policy check FILE) and read the notes at the end: what has no equivalent.\nversion: 1\n")
@@ -322,14 +376,14 @@ func (p *translation) render() []byte {
 			for _, e := range p.allow {
 				fmt.Fprintf(&b, "    - {host: %s, ports: [%s]}", quote(e.host), ports(e.ports))
 				if e.comment != "" {
-					b.WriteString("  # " + e.comment)
+					b.WriteString("  # " + commentText(e.comment))
 				}
 				b.WriteString("\n")
 			}
 		}
 		writeList(&b, "deny", p.deny)
 		if p.caFile.value != "" {
-			fmt.Fprintf(&b, "  tls:\n    caFile: %s  # %s\n", quote(p.caFile.value), p.caFile.comment)
+			fmt.Fprintf(&b, "  tls:\n    caFile: %s  # %s\n", quote(p.caFile.value), commentText(p.caFile.comment))
 		}
 	default:
 		b.WriteString("# no network section: nothing leaves the sandbox (no domain was allowed)\n")
@@ -337,7 +391,7 @@ func (p *translation) render() []byte {
 	if len(p.notes) > 0 {
 		b.WriteString("\n# Not imported (no equivalent in cordon, or not needed there):\n")
 		for _, n := range p.notes {
-			b.WriteString("# - " + strings.ReplaceAll(n, "\n", " ") + "\n")
+			b.WriteString("# - " + commentText(n) + "\n")
 		}
 	}
 	return []byte(b.String())
@@ -350,7 +404,7 @@ func writeList(b *strings.Builder, key string, es []entry) {
 	key = strings.TrimLeft(key, " ")
 	fmt.Fprintf(b, "  %s:\n", key)
 	for _, e := range es {
-		fmt.Fprintf(b, "    - %s  # %s\n", quote(e.value), e.comment)
+		fmt.Fprintf(b, "    - %s  # %s\n", quote(e.value), commentText(e.comment))
 	}
 }
 
