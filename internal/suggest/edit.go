@@ -55,13 +55,20 @@ type editor struct {
 	name     string
 	lines    []string
 	finalNL  bool
+	eol      string // "\n", or "\r\n" for a file written with those
 	root     *yaml.Node
 	indent   int
 	edits    []textEdit
 	commentd map[int]bool // lines that already got a comment appended
 }
 
-func newEditor(name string, src []byte) (*editor, error) {
+func newEditor(name string, src []byte) (e *editor, err error) {
+	defer func() {
+		// As in the policy's own parser: a panic of the YAML library on a strange file is a refusal.
+		if r := recover(); r != nil {
+			e, err = nil, fmt.Errorf("%s: invalid YAML: %v", name, r)
+		}
+	}()
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -70,8 +77,11 @@ func newEditor(name string, src []byte) (*editor, error) {
 		return nil, fmt.Errorf("%s: not a policy (a mapping at the top)", name)
 	}
 	text := string(src)
-	e := &editor{name: name, finalNL: strings.HasSuffix(text, "\n"), root: doc.Content[0], indent: 2, commentd: map[int]bool{}}
-	e.lines = strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	e = &editor{name: name, finalNL: strings.HasSuffix(text, "\n"), root: doc.Content[0], indent: 2, commentd: map[int]bool{}, eol: "\n"}
+	if strings.Contains(text, "\r\n") {
+		e.eol = "\r\n"
+	}
+	e.lines = strings.Split(strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r"), "\n")
 	for i, l := range e.lines {
 		e.lines[i] = strings.TrimSuffix(l, "\r")
 	}
@@ -124,9 +134,9 @@ func (e *editor) apply() []byte {
 		l := lines[t.line]
 		lines[t.line] = l[:t.col] + t.text + l[t.col+t.del:]
 	}
-	out := strings.Join(lines, "\n")
+	out := strings.Join(lines, e.eol)
 	if e.finalNL || len(edits) > 0 {
-		out += "\n"
+		out += e.eol
 	}
 	return []byte(out)
 }

@@ -273,6 +273,23 @@ func TestSuggest(t *testing.T) {
 	}
 }
 
+// TestEditCRLF: a file written with CRLF line ends keeps them, on its lines and the added ones.
+func TestEditCRLF(t *testing.T) {
+	src := strings.ReplaceAll(basePolicy, "\n", "\r\n")
+	pol, _ := policy.Parse("p.yaml", []byte(src), policy.Options{})
+	plan := Analyze([]audit.Event{connect("n.test", 443, reasonNotAllowed)}, pol)
+	out, err := Edit("p.yaml", []byte(src), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(out), "\n") != strings.Count(string(out), "\r\n") || !strings.Contains(string(out), "- n.test  # opens") {
+		t.Errorf("line ends changed:\n%q", out)
+	}
+	if d := udiff.Unified("a", "b", src, string(out)); strings.Count(d, "\n+") != 2 { // the header and one line
+		t.Errorf("the diff changes more than one line:\n%s", d)
+	}
+}
+
 // TestEditKeepsTheFile: the edit only adds lines; every line of the user's file, comments and blank
 // lines included, is still there in order.
 func TestEditKeepsTheFile(t *testing.T) {
