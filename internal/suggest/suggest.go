@@ -229,11 +229,16 @@ func (a *analyzer) event(e audit.Event) {
 			return
 		}
 		if e.Group != "" {
-			// A few names folded together: suggest the ones the log names.
+			// A few names folded together: suggest the ones the log names, and say that there may
+			// be others it kept no name of.
 			for _, name := range e.Names {
 				a.addDNS(name, 1)
 			}
 			a.addDNS(e.Name, max(n-len(e.Names), 1))
+			if n > len(e.Names)+1 {
+				a.keep(fmt.Sprintf("DNS names under %s beyond %s", e.Group, strings.Join(append([]string{e.Name}, e.Names...), ", ")),
+					"the log folds refusals of different names under one domain and keeps a sample of them: rerun to see the others one by one", n-len(e.Names)-1)
+			}
 			return
 		}
 		a.addDNS(e.Name, n)
@@ -284,7 +289,8 @@ func liftable(reason string) bool {
 }
 
 func (a *analyzer) addDNS(name string, n int) {
-	if name == "" || a.hostKept(name) != "" {
+	if why := a.hostKept(name); why != "" {
+		a.keep("DNS name "+name, why, n)
 		return
 	}
 	a.addEndpoint(name, 0, n, true)

@@ -162,6 +162,16 @@ func TestSuggest(t *testing.T) {
 			kept: slowKept,
 		},
 		{
+			name: "a few names folded together: the sample is suggested, the rest said",
+			events: []audit.Event{{Kind: audit.KindDNS, Name: "a.cdn2.test", Decision: audit.Deny, Rule: "default", Reason: reasonNotAllowed,
+				Group: "cdn2.test", Names: []string{"b.cdn2.test"}, Count: 5}},
+			want: []string{
+				"    - a.cdn2.test  # opens a.cdn2.test:443; only its DNS lookup was refused (4 times), so the port is a guess",
+				"    - b.cdn2.test  # opens b.cdn2.test:443; only its DNS lookup was refused (once), so the port is a guess",
+			},
+			kept: []string{"DNS names under cdn2.test beyond a.cdn2.test, b.cdn2.test: the log folds refusals"},
+		},
+		{
 			name: "paths and methods a rule cannot name",
 			events: []audit.Event{
 				httpDeny("GET", "/a%0A%20%20%20%20-%20evil.test"), httpDeny("GET", "/a%20b"), httpDeny("GET", "/a/*"),
