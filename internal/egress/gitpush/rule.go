@@ -1,0 +1,81 @@
+package gitpush
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/gitref"
+)
+
+// Rule is what a push to one repository may change: branches whose names match Branches (created or
+// updated, force included: the gateway cannot see ancestry), tags when Tags, and deletions of either
+// when Delete. Every other ref is refused.
+type Rule struct {
+	// Branches are globs over branch names (without "refs/heads/") in path.Match syntax: "*" matches
+	// within one "/"-separated part, so "agent/*" covers "agent/x" but not "agent/x/y".
+	Branches []string
+	Tags     bool
+	Delete   bool
+	// Source names the rule in denials ("network.git[0]"); the fields are named below it.
+	Source string
+}
+
+// Check refuses a glob that is malformed or could never match a branch name.
+func (r Rule) Check() error {
+	for _, g := range r.Branches {
+		if err := gitref.CheckGlob(g); err != nil {
+			return fmt.Errorf("%s.push.branches: %w", r.Source, err)
+		}
+	}
+	return nil
+}
+
+// Refused is a command a rule refuses, why, and the policy change that would allow it ("" when none
+// would: a ref git itself would refuse, or one outside branches and tags).
+type Refused struct {
+	Command
+	Reason, Fix string
+}
+
+// Judge returns the commands the rule refuses, in order; none means the push is allowed. One refused
+// command refuses the whole push.
+func (r Rule) Judge(cmds []Command) []Refused {
+	var out []Refused
+	for _, c := range cmds {
+		if reason, fix := r.judge(c); reason != "" {
+			out = append(out, Refused{Command: c, Reason: reason, Fix: fix})
+		}
+	}
+	return out
+}
+
+func (r Rule) judge(c Command) (reason, fix string) {
+	if !strings.HasPrefix(c.Ref, "refs/") || !gitref.ValidName(c.Ref[len("refs/"):]) {
+		return fmt.Sprintf("%s is not a valid ref name", strconv.Quote(c.Ref)), ""
+	}
+	if name, ok := strings.CutPrefix(c.Ref, "refs/heads/"); ok {
+		if !gitref.Match(r.Branches, name) {
+			what := "the branches " + strings.Join(r.Branches, ", ")
+			if len(r.Branches) == 0 {
+				what = "no branches"
+			}
+			return fmt.Sprintf("branch %s is not in %s.push.branches (which allows %s)", name, r.Source, what),
+				fmt.Sprintf("add %s to %s.push.branches", strconv.Quote(name), r.Source)
+		}
+		if c.Delete() && !r.Delete {
+			return fmt.Sprintf("deleting branch %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source)
+		}
+		return "", ""
+	}
+	if name, ok := strings.CutPrefix(c.Ref, "refs/tags/"); ok {
+		if !r.Tags {
+			return fmt.Sprintf("pushing tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.tags: true", r.Source)
+		}
+		if c.Delete() && !r.Delete {
+			return fmt.Sprintf("deleting tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source)
+		}
+		return "", ""
+	}
+	return fmt.Sprintf("%s is neither a branch nor a tag (only refs/heads/ and refs/tags/ may be pushed)", c.Ref), ""
+}
