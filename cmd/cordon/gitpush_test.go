@@ -39,16 +39,7 @@ func TestGitPushRules(t *testing.T) {
 		t.Fatalf("git --exec-path: %v", err)
 	}
 	forEachIdentity(t, func(t *testing.T, h *harness) {
-		root := t.TempDir()
-		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
-		setup := exec.Command("sh", "-ec", `for r in app other; do git init -q --bare -b main acme/$r.git && git -C acme/$r.git config http.receivepack true; done
-git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../acme/app.git main && git push -q ../acme/other.git main`)
-		setup.Dir, setup.Env = root, append(os.Environ(), gitEnv...)
-		if out, err := setup.CombinedOutput(); err != nil {
-			t.Fatalf("setup: %v\n%s", err, out)
-		}
-		git := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
-			Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+		root, git := acmeRepos(t, string(backend))
 		var mu sync.Mutex
 		pushes := 0 // receive-pack POSTs the upstream saw
 		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +57,7 @@ git init -q -b main seed && cd seed && echo hello > README && git add README && 
 		}
 		refs := func(repo string) string {
 			cmd := exec.Command("git", "-C", filepath.Join(root, "acme", repo+".git"), "for-each-ref", "--format=%(refname) %(objectname)")
-			cmd.Env = append(os.Environ(), gitEnv...)
+			cmd.Env = append(os.Environ(), hostGitEnv...)
 			out, err := cmd.Output()
 			if err != nil {
 				t.Fatalf("for-each-ref: %v", err)
@@ -194,4 +185,23 @@ func rawListener(t *testing.T) (int, func() bool) {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port, got.Load
+}
+
+// hostGitEnv is the environment of git run on the host by the tests: no user or system configuration.
+var hostGitEnv = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
+
+// acmeRepos makes the bare repositories acme/app.git and acme/other.git (pushes allowed over HTTP,
+// main holding one commit, made in ROOT/seed) and returns their root and git http-backend (from
+// git's exec path, backend) serving them.
+func acmeRepos(t *testing.T, backend string) (string, *cgi.Handler) {
+	t.Helper()
+	root := t.TempDir()
+	setup := exec.Command("sh", "-ec", `for r in app other; do git init -q --bare -b main acme/$r.git && git -C acme/$r.git config http.receivepack true; done
+git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../acme/app.git main && git push -q ../acme/other.git main`)
+	setup.Dir, setup.Env = root, append(os.Environ(), hostGitEnv...)
+	if out, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("setup: %v\n%s", err, out)
+	}
+	return root, &cgi.Handler{Path: filepath.Join(strings.TrimSpace(backend), "git-http-backend"),
+		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
 }
