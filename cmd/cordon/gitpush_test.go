@@ -109,8 +109,11 @@ git push origin HEAD:agent/x 2>&1; echo "OTHER=$?"
 		if strings.Contains(r.stdout, "OTHER=0") {
 			t.Errorf("the push to acme/other succeeded:\n%s", r)
 		}
-		if !strings.Contains(r.stderr, "cordon: blocked POST https://github.test") || !strings.Contains(r.stderr, `to allow: add "main" to network.git[0].push.branches`) {
-			t.Errorf("cordon did not print the refusal with the line that would allow it:\n%s", r.stderr)
+		for _, want := range []string{`to allow: add "main" to network.git[0].push.branches`, "to allow: set network.git[0].push.tags: true",
+			"to allow: set network.git[0].push.delete: true", "to allow: add acme/other to network.git[0].repos"} {
+			if !strings.Contains(r.stderr, "cordon: blocked POST https://github.test") || !strings.Contains(r.stderr, want) {
+				t.Errorf("cordon did not print the refusal with %q:\n%s", want, r.stderr)
+			}
 		}
 		got := refs("app")
 		if !strings.Contains(got, "refs/heads/agent/x ") {

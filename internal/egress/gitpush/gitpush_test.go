@@ -198,7 +198,8 @@ func TestJudge(t *testing.T) {
 				}
 				return
 			}
-			if len(got) != 1 || !strings.Contains(got[0].Reason, reason) || !strings.Contains(got[0].Fix, fix) {
+			if len(got) != 1 || !strings.Contains(got[0].Reason, reason) || !strings.Contains(got[0].Fix, fix) ||
+				strings.Contains(fix, ".push.") && !strings.Contains(fix, got[0].Rule) || fix == "" && got[0].Fix == "" && got[0].Rule != rule.Source {
 				t.Errorf("%s %v: got %+v, want reason %q fix %q", rule.Source, tc.cmd, got, reason, fix)
 			}
 		}
@@ -207,7 +208,7 @@ func TestJudge(t *testing.T) {
 	}
 	// One refused command among allowed ones is reported alone; the caller refuses the push.
 	got := r.Judge([]Command{{oidA, oidB, "refs/heads/agent/a"}, {oidA, oidB, "refs/heads/main"}, {oidA, oidB, "refs/heads/agent/b"}})
-	if len(got) != 1 || got[0].Ref != "refs/heads/main" {
+	if len(got) != 1 || got[0].Ref != "refs/heads/main" || got[0].Rule != "network.git[0].push.branches" {
 		t.Fatalf("refused %+v", got)
 	}
 }

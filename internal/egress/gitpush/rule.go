@@ -32,10 +32,12 @@ func (r Rule) Check() error {
 }
 
 // Refused is a command a rule refuses, why, and the policy change that would allow it ("" when none
-// would: a ref git itself would refuse, or one outside branches and tags).
+// would: a ref git itself would refuse, or one outside branches and tags). Rule names the policy
+// entry that refused it: "network.git[0].push.branches", ".push.tags", ".push.delete", or the rule
+// itself for a ref no setting could allow.
 type Refused struct {
 	Command
-	Reason, Fix string
+	Rule, Reason, Fix string
 }
 
 // Judge returns the commands the rule refuses, in order; none means the push is allowed. One refused
@@ -43,16 +45,20 @@ type Refused struct {
 func (r Rule) Judge(cmds []Command) []Refused {
 	var out []Refused
 	for _, c := range cmds {
-		if reason, fix := r.judge(c); reason != "" {
-			out = append(out, Refused{Command: c, Reason: reason, Fix: fix})
+		if rf := r.judge(c); rf.Reason != "" {
+			rf.Command = c
+			out = append(out, rf)
 		}
 	}
 	return out
 }
 
-func (r Rule) judge(c Command) (reason, fix string) {
+func (r Rule) judge(c Command) Refused {
+	field := func(name, reason, fix string) Refused {
+		return Refused{Rule: r.Source + ".push." + name, Reason: reason, Fix: fix}
+	}
 	if !strings.HasPrefix(c.Ref, "refs/") || !gitref.ValidName(c.Ref[len("refs/"):]) {
-		return fmt.Sprintf("%s is not a valid ref name", strconv.Quote(c.Ref)), ""
+		return Refused{Rule: r.Source, Reason: fmt.Sprintf("%s is not a valid ref name", strconv.Quote(c.Ref))}
 	}
 	if name, ok := strings.CutPrefix(c.Ref, "refs/heads/"); ok {
 		if !gitref.Match(r.Branches, name) {
@@ -60,22 +66,22 @@ func (r Rule) judge(c Command) (reason, fix string) {
 			if len(r.Branches) == 0 {
 				what = "no branches"
 			}
-			return fmt.Sprintf("branch %s is not in %s.push.branches (which allows %s)", name, r.Source, what),
-				fmt.Sprintf("add %s to %s.push.branches", strconv.Quote(name), r.Source)
+			return field("branches", fmt.Sprintf("branch %s is not in %s.push.branches (which allows %s)", name, r.Source, what),
+				fmt.Sprintf("add %s to %s.push.branches", strconv.Quote(name), r.Source))
 		}
 		if c.Delete() && !r.Delete {
-			return fmt.Sprintf("deleting branch %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source)
+			return field("delete", fmt.Sprintf("deleting branch %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source))
 		}
-		return "", ""
+		return Refused{}
 	}
 	if name, ok := strings.CutPrefix(c.Ref, "refs/tags/"); ok {
 		if !r.Tags {
-			return fmt.Sprintf("pushing tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.tags: true", r.Source)
+			return field("tags", fmt.Sprintf("pushing tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.tags: true", r.Source))
 		}
 		if c.Delete() && !r.Delete {
-			return fmt.Sprintf("deleting tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source)
+			return field("delete", fmt.Sprintf("deleting tag %s is not allowed by %s", name, r.Source), fmt.Sprintf("set %s.push.delete: true", r.Source))
 		}
-		return "", ""
+		return Refused{}
 	}
-	return fmt.Sprintf("%s is neither a branch nor a tag (only refs/heads/ and refs/tags/ may be pushed)", c.Ref), ""
+	return Refused{Rule: r.Source, Reason: fmt.Sprintf("%s is neither a branch nor a tag (only refs/heads/ and refs/tags/ may be pushed)", c.Ref)}
 }

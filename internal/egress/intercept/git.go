@@ -127,6 +127,7 @@ func (i *Interceptor) judgeGit(g *gitRule, r *http.Request, target string, extra
 			v.reason = fmt.Sprintf("%s %s names receive-pack but is not a request git sends to push", r.Method, p)
 			return v
 		}
+		v.rule = src + ".repos"
 		v.reason = fmt.Sprintf("pushing to %s is not allowed: %s does not list it", repo, src)
 		v.fix = fmt.Sprintf("add %s to %s.repos", repo, src)
 		return v
@@ -171,7 +172,7 @@ func (i *Interceptor) judgePush(g *gitRule, r *http.Request, repo string, v gitV
 		return v
 	}
 	first := refused[0]
-	v.reason, v.fix = fmt.Sprintf("push to %s refused: %s", repo, first.Reason), first.Fix
+	v.rule, v.reason, v.fix = first.Rule, fmt.Sprintf("push to %s refused: %s", repo, first.Reason), first.Fix
 	reasons := make(map[string]string, len(refused))
 	for _, rf := range refused {
 		reasons[rf.Ref] = "cordon: " + rf.Reason

@@ -105,13 +105,14 @@ func TestGitPushRules(t *testing.T) {
 				name   string
 				args   []string
 				want   []string // in git's output
+				rule   string   // the audit event's
 				reason string   // in the audit event
 			}{
-				{"main", []string{"HEAD:main"}, []string{"! [remote rejected] HEAD -> main (cordon: branch main is not in network.git[0].push.branches", "remote: cordon: to allow: add \"main\" to network.git[0].push.branches"}, "branch main is not in network.git[0].push.branches"},
-				{"tag", []string{"v1"}, []string{"! [remote rejected] v1 -> v1 (cordon: pushing tag v1 is not allowed by network.git[0])", "set network.git[0].push.tags: true"}, "pushing tag v1"},
-				{"delete", []string{":agent/x"}, []string{"! [remote rejected] agent/x (cordon: deleting branch agent/x is not allowed by network.git[0])", "set network.git[0].push.delete: true"}, "deleting branch agent/x"},
-				{"several, one outside", []string{"HEAD:agent/y", "HEAD:agent/x", "HEAD:release"}, []string{"! [remote rejected] HEAD -> agent/y (cordon: refused with the rest of the push)", "! [remote rejected] HEAD -> release (cordon: branch release is not in", "remote: cordon: 1 of the 3 refs pushed are refused"}, "branch release"},
-				{"atomic", []string{"--atomic", "HEAD:agent/z", "HEAD:main"}, []string{"HEAD -> main (cordon: branch main"}, "branch main"},
+				{"main", []string{"HEAD:main"}, []string{"! [remote rejected] HEAD -> main (cordon: branch main is not in network.git[0].push.branches", "remote: cordon: to allow: add \"main\" to network.git[0].push.branches"}, "network.git[0].push.branches", "branch main is not in network.git[0].push.branches"},
+				{"tag", []string{"v1"}, []string{"! [remote rejected] v1 -> v1 (cordon: pushing tag v1 is not allowed by network.git[0])", "set network.git[0].push.tags: true"}, "network.git[0].push.tags", "pushing tag v1"},
+				{"delete", []string{":agent/x"}, []string{"! [remote rejected] agent/x (cordon: deleting branch agent/x is not allowed by network.git[0])", "set network.git[0].push.delete: true"}, "network.git[0].push.delete", "deleting branch agent/x"},
+				{"several, one outside", []string{"HEAD:agent/y", "HEAD:agent/x", "HEAD:release"}, []string{"! [remote rejected] HEAD -> agent/y (cordon: refused with the rest of the push)", "! [remote rejected] HEAD -> release (cordon: branch release is not in", "remote: cordon: 1 of the 3 refs pushed are refused"}, "network.git[0].push.branches", "branch release"},
+				{"atomic", []string{"--atomic", "HEAD:agent/z", "HEAD:main"}, []string{"HEAD -> main (cordon: branch main"}, "network.git[0].push.branches", "branch main"},
 			} {
 				out, err := g.git(append([]string{"push", "origin"}, tc.args...)...)
 				if err == nil {
@@ -123,7 +124,7 @@ func TestGitPushRules(t *testing.T) {
 					}
 				}
 				ev := s.rec.last(t, "POST", "/acme/app.git/git-receive-pack")
-				if ev.Decision != audit.Deny || ev.Rule != "network.git[0]" || !strings.Contains(ev.Reason, tc.reason) || ev.Detail["status"] != "200" {
+				if ev.Decision != audit.Deny || ev.Rule != tc.rule || !strings.Contains(ev.Reason, tc.reason) || ev.Detail["status"] != "200" {
 					t.Errorf("%s: refusal event %+v", tc.name, ev)
 				}
 			}
