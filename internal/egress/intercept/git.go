@@ -117,7 +117,13 @@ func (i *Interceptor) judgeGit(g *gitRule, r *http.Request, target string, extra
 	case !listed && svc == gitpush.Fetch:
 		v.outcome = gitPass // another repository's fetch is the HTTP rules' business, as without the git rule
 		return v
-	case !listed || svc == gitpush.PushOther:
+	case listed && svc == gitpush.PushOther:
+		// Whatever the HTTP rules say: a server that reads the path its own way (a trailing slash
+		// dropped) would take it as a push the git rule never read.
+		v.outcome, v.status = gitDeny, http.StatusForbidden
+		v.reason = fmt.Sprintf("%s %s names receive-pack but is not a request git sends to push", r.Method, p)
+		return v
+	case !listed:
 		if i.rules.covers(g.host) {
 			v.outcome = gitPass // an HTTP rule for the host may allow it: the user opened it there
 			return v

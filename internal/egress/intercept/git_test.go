@@ -317,4 +317,18 @@ func TestGitRuleAndHTTPRules(t *testing.T) {
 	if resp.StatusCode != 403 {
 		t.Fatalf("a non-git request to acme/app, which no HTTP rule allows: %d", resp.StatusCode)
 	}
+
+	// An HTTP rule that allows everything on acme/app does not let a disguised push to it past the
+	// git rule; the same disguise to acme/other is the HTTP rule's business (the control).
+	wide := Rule{Host: "github.com", Allow: []Access{{Methods: []string{"GET", "POST"}, Paths: []string{"/acme/*"}}}, Source: "network.http[0]"}
+	s = newSetup(t, up, "github.com", false, withGit(agentRule), withRules(wide))
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{{"/acme/app.git/git-receive-pack/", 403}, {"/acme/other.git/git-receive-pack/", 404}} {
+		resp, body := get(t, s.client(false), newRequest(t, "POST", s.url(tc.path), strings.NewReader("0000")))
+		if resp.StatusCode != tc.status {
+			t.Errorf("POST %s under an HTTP rule allowing /acme/*: %d %q, want %d", tc.path, resp.StatusCode, body, tc.status)
+		}
+	}
 }
