@@ -117,9 +117,9 @@ func (i *Interceptor) judgeGit(g *gitRule, r *http.Request, target string, extra
 	case !listed && svc == gitpush.Fetch:
 		v.outcome = gitPass // another repository's fetch is the HTTP rules' business, as without the git rule
 		return v
-	case listed && svc == gitpush.PushOther:
-		// Whatever the HTTP rules say: a server that reads the path its own way (a trailing slash
-		// dropped) would take it as a push the git rule never read.
+	case svc == gitpush.PushOther && (listed || !i.rules.covers(g.host)):
+		// To a listed repository whatever the HTTP rules say: a server that reads the path its own
+		// way (a trailing slash dropped) would take it as a push the git rule never read.
 		v.outcome, v.status = gitDeny, http.StatusForbidden
 		v.reason = fmt.Sprintf("%s %s names receive-pack but is not a request git sends to push", r.Method, p)
 		return v
@@ -128,12 +128,7 @@ func (i *Interceptor) judgeGit(g *gitRule, r *http.Request, target string, extra
 			v.outcome = gitPass // an HTTP rule for the host may allow it: the user opened it there
 			return v
 		}
-		v.outcome, v.status = gitDeny, http.StatusForbidden
-		if svc == gitpush.PushOther {
-			v.reason = fmt.Sprintf("%s %s names receive-pack but is not a request git sends to push", r.Method, p)
-			return v
-		}
-		v.rule = src + ".repos"
+		v.outcome, v.status, v.rule = gitDeny, http.StatusForbidden, src+".repos"
 		v.reason = fmt.Sprintf("pushing to %s is not allowed: %s does not list it", repo, src)
 		v.fix = fmt.Sprintf("add %s to %s.repos", repo, src)
 		return v
