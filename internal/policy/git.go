@@ -34,6 +34,9 @@ type GitPush struct {
 	Tags bool
 	// Delete allows deleting branches the globs cover (and tags, with Tags).
 	Delete bool
+	// Options allows push options ("git push -o"), which a server may act on beyond the refs
+	// judged: GitLab's merge_request.* options can have a branch merged into another.
+	Options bool
 }
 
 func (d *decoder) gitRules(n *yaml.Node, path string) ([]GitRule, error) {
@@ -79,6 +82,10 @@ func (d *decoder) gitRule(n *yaml.Node, path string) (GitRule, error) {
 				}},
 				field{"delete", func(v *yaml.Node, p string) (err error) {
 					r.Push.Delete, err = d.boolean(v, p)
+					return err
+				}},
+				field{"options", func(v *yaml.Node, p string) (err error) {
+					r.Push.Options, err = d.boolean(v, p)
 					return err
 				}},
 			)
@@ -145,6 +152,7 @@ type docGitRule struct {
 		Branches []string `yaml:"branches,flow"`
 		Tags     bool     `yaml:"tags"`
 		Delete   bool     `yaml:"delete"`
+		Options  bool     `yaml:"options,omitempty"`
 	} `yaml:"push,flow"`
 }
 
@@ -152,7 +160,7 @@ func docGitRules(rs []GitRule) []docGitRule {
 	var out []docGitRule
 	for _, r := range rs {
 		dr := docGitRule{Host: r.Host, Repos: r.Repos}
-		dr.Push.Branches, dr.Push.Tags, dr.Push.Delete = r.Push.Branches, r.Push.Tags, r.Push.Delete
+		dr.Push.Branches, dr.Push.Tags, dr.Push.Delete, dr.Push.Options = r.Push.Branches, r.Push.Tags, r.Push.Delete, r.Push.Options
 		out = append(out, dr)
 	}
 	return out

@@ -13,7 +13,7 @@ network:
   git:
     - host: GitHub.com
       repos: [acme/app, Acme/Other.git, group/sub/lib]
-      push: {branches: ["agent/*", "fix-?"], tags: true, delete: false}
+      push: {branches: ["agent/*", "fix-?"], tags: true, delete: false, options: true}
     - host: git.example.com
       repos: [acme/app]
 budgets:
@@ -25,7 +25,7 @@ budgets:
 		t.Fatal(err)
 	}
 	want := []GitRule{
-		{Host: "github.com", Repos: []string{"acme/app", "acme/other", "group/sub/lib"}, Push: GitPush{Branches: []string{"agent/*", "fix-?"}, Tags: true}},
+		{Host: "github.com", Repos: []string{"acme/app", "acme/other", "group/sub/lib"}, Push: GitPush{Branches: []string{"agent/*", "fix-?"}, Tags: true, Options: true}},
 		{Host: "git.example.com", Repos: []string{"acme/app"}},
 	}
 	if !reflect.DeepEqual(p.Network.Git, want) {
@@ -48,7 +48,7 @@ func TestParseGitErrors(t *testing.T) {
 	head := "version: 1\nnetwork:\n  allow: [github.com]\n  deny: [evil.example.com]\n  git:\n"
 	for _, tc := range []struct{ name, body, want string }{
 		{"unknown key", "    - {host: github.com, repos: [a/b], pull: true}\n", "6:40: network.git[0].pull: unknown field (expected one of host, repos, push)"},
-		{"unknown push key", "    - {host: github.com, repos: [a/b], push: {force: true}}\n", "6:47: network.git[0].push.force: unknown field (expected one of branches, tags, delete)"},
+		{"unknown push key", "    - {host: github.com, repos: [a/b], push: {force: true}}\n", "6:47: network.git[0].push.force: unknown field (expected one of branches, tags, delete, options)"},
 		{"no host", "    - {repos: [a/b]}\n", "6:7: network.git[0]: host is required"},
 		{"no repos", "    - {host: github.com}\n", "6:7: network.git[0]: repos is required"},
 		{"empty repos", "    - {host: github.com, repos: []}\n", "6:33: network.git[0].repos: expected at least one repository"},

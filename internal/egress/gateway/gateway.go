@@ -201,7 +201,7 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 	for i, r := range cfg.Network.Git {
 		p := r.Push
 		git[i] = intercept.GitRule{Host: r.Host, Repos: r.Repos,
-			Push: gitpush.Rule{Branches: p.Branches, Tags: p.Tags, Delete: p.Delete, Source: fmt.Sprintf("network.git[%d]", i)}}
+			Push: gitpush.Rule{Branches: p.Branches, Tags: p.Tags, Delete: p.Delete, Options: p.Options, Source: fmt.Sprintf("network.git[%d]", i)}}
 	}
 	var notify func(key, line string)
 	if notices != nil {

@@ -53,7 +53,7 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("the bytes consumed do not parse alone: %v", err)
 		}
 		// Judging never panics and refuses every ref that is not a valid branch or tag.
-		for _, r := range (Rule{Branches: []string{"*"}, Tags: true, Delete: true, Source: "f"}).Judge(req.Commands) {
+		for _, r := range (Rule{Branches: []string{"*"}, Tags: true, Delete: true, Options: true, Source: "f"}).Judge(req) {
 			if strings.HasPrefix(r.Ref, "refs/heads/") && gitref.ValidName(r.Ref[5:]) && !strings.Contains(r.Ref[11:], "/") {
 				t.Fatalf("refused a valid one-level branch: %+v", r)
 			}

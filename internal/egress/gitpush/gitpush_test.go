@@ -164,7 +164,7 @@ func gz(s string) string {
 
 func TestJudge(t *testing.T) {
 	r := Rule{Branches: []string{"agent/*", "fix-?"}, Source: "network.git[0]"}
-	open := Rule{Branches: []string{"*", "*/*"}, Tags: true, Delete: true, Source: "network.git[1]"}
+	open := Rule{Branches: []string{"*", "*/*"}, Tags: true, Delete: true, Options: true, Source: "network.git[1]"}
 	for _, tc := range []struct {
 		cmd        Command
 		rule       Rule
@@ -191,7 +191,7 @@ func TestJudge(t *testing.T) {
 		{cmd: Command{oidA, oidB, "refs/heads/agent/x\x00"}, reason: "not a valid ref name", openReason: "not a valid ref name"},
 	} {
 		check := func(rule Rule, reason, fix string) {
-			got := rule.Judge([]Command{tc.cmd})
+			got := rule.Judge(&Request{Commands: []Command{tc.cmd}})
 			if reason == "" {
 				if len(got) != 0 {
 					t.Errorf("%s %v: refused: %+v", rule.Source, tc.cmd, got)
@@ -207,9 +207,17 @@ func TestJudge(t *testing.T) {
 		check(open, tc.openReason, "")
 	}
 	// One refused command among allowed ones is reported alone; the caller refuses the push.
-	got := r.Judge([]Command{{oidA, oidB, "refs/heads/agent/a"}, {oidA, oidB, "refs/heads/main"}, {oidA, oidB, "refs/heads/agent/b"}})
+	got := r.Judge(&Request{Commands: []Command{{oidA, oidB, "refs/heads/agent/a"}, {oidA, oidB, "refs/heads/main"}, {oidA, oidB, "refs/heads/agent/b"}}})
 	if len(got) != 1 || got[0].Ref != "refs/heads/main" || got[0].Rule != "network.git[0].push.branches" {
 		t.Fatalf("refused %+v", got)
+	}
+	// Push options refuse every command unless the rule allows them.
+	withOptions := &Request{Commands: []Command{{oidA, oidB, "refs/heads/agent/a"}}, PushOptions: []string{"merge_request.create"}}
+	if got := r.Judge(withOptions); len(got) != 1 || got[0].Rule != "network.git[0].push.options" || got[0].Fix != "set network.git[0].push.options: true" {
+		t.Fatalf("push options: %+v", got)
+	}
+	if got := open.Judge(withOptions); len(got) != 0 {
+		t.Fatalf("push options refused without a reason: %+v", got)
 	}
 }
 

@@ -10,13 +10,16 @@ import (
 
 // Rule is what a push to one repository may change: branches whose names match Branches (created or
 // updated, force included: the gateway cannot see ancestry), tags when Tags, and deletions of either
-// when Delete. Every other ref is refused.
+// when Delete. Every other ref is refused, and so is a push carrying push options unless Options.
 type Rule struct {
 	// Branches are globs over branch names (without "refs/heads/") in path.Match syntax: "*" matches
 	// within one "/"-separated part, so "agent/*" covers "agent/x" but not "agent/x/y".
 	Branches []string
 	Tags     bool
 	Delete   bool
+	// Options allows push options, which a server may act on beyond the refs (GitLab's
+	// merge_request.* options merge a branch into another).
+	Options bool
 	// Source names the rule in denials ("network.git[0]"); the fields are named below it.
 	Source string
 }
@@ -40,11 +43,20 @@ type Refused struct {
 	Rule, Reason, Fix string
 }
 
-// Judge returns the commands the rule refuses, in order; none means the push is allowed. One refused
-// command refuses the whole push.
-func (r Rule) Judge(cmds []Command) []Refused {
+// Judge returns the commands of req the rule refuses, in order; none means the push is allowed. One
+// refused command refuses the whole push; push options the rule does not allow refuse every command.
+func (r Rule) Judge(req *Request) []Refused {
+	if n := len(req.PushOptions); n > 0 && !r.Options {
+		out := make([]Refused, len(req.Commands))
+		for k, c := range req.Commands {
+			out[k] = Refused{Command: c, Rule: r.Source + ".push.options",
+				Reason: fmt.Sprintf("push options (%d given) are not allowed by %s: a server may act on them beyond the refs", n, r.Source),
+				Fix:    fmt.Sprintf("set %s.push.options: true", r.Source)}
+		}
+		return out
+	}
 	var out []Refused
-	for _, c := range cmds {
+	for _, c := range req.Commands {
 		if rf := r.judge(c); rf.Reason != "" {
 			rf.Command = c
 			out = append(out, rf)

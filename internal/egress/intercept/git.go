@@ -167,7 +167,7 @@ func (i *Interceptor) judgePush(g *gitRule, r *http.Request, repo string, v gitV
 	if n := len(req.PushOptions); n > 0 {
 		v.details[detailGitOptions] = strconv.Itoa(n)
 	}
-	refused := g.push.Judge(req.Commands)
+	refused := g.push.Judge(req)
 	if len(refused) == 0 {
 		v.outcome = gitAllow
 		return v

@@ -70,11 +70,11 @@ func receivePacks(up *upstream) int {
 }
 
 // TestGitPushRules: real git pushes through the interceptor under a git rule for acme/app that allows
-// agent/* only. The push to agent/x reaches the upstream; pushes to main, of a tag, of a deletion, and
-// of several refs one of which is outside the rule are refused whole with reasons git prints, never
-// reach the upstream, and leave its refs as they were. Fetching works without any HTTP rule; a push
-// to another repository on the host is refused. The control, a permissive rule, lets every one of
-// the refused pushes through. Each over HTTP/2 and HTTP/1.1.
+// agent/* only. The push to agent/x reaches the upstream; pushes to main, of a tag, of a deletion, of
+// several refs one of which is outside the rule, and with push options are refused whole with reasons
+// git prints, never reach the upstream, and leave its refs as they were. Fetching works without any
+// HTTP rule; a push to another repository on the host is refused. The control, a permissive rule,
+// lets every one of the refused pushes through. Each over HTTP/2 and HTTP/1.1.
 func TestGitPushRules(t *testing.T) {
 	for _, proto := range []string{"HTTP/2", "HTTP/1.1"} {
 		t.Run(proto, func(t *testing.T) {
@@ -100,6 +100,9 @@ func TestGitPushRules(t *testing.T) {
 			if out, err := g.git("tag", "v1"); err != nil {
 				t.Fatalf("tag: %v\n%s", err, out)
 			}
+			if out, err := run(t, filepath.Join(root, "acme", "app.git"), nil, "git", "config", "receive.advertisePushOptions", "true"); err != nil {
+				t.Fatalf("config: %v\n%s", err, out)
+			}
 			before, posts := refsOf(t, root, "app"), receivePacks(up)
 			for _, tc := range []struct {
 				name   string
@@ -113,6 +116,7 @@ func TestGitPushRules(t *testing.T) {
 				{"delete", []string{":agent/x"}, []string{"! [remote rejected] agent/x (cordon: deleting branch agent/x is not allowed by network.git[0])", "set network.git[0].push.delete: true"}, "network.git[0].push.delete", "deleting branch agent/x"},
 				{"several, one outside", []string{"HEAD:agent/y", "HEAD:agent/x", "HEAD:release"}, []string{"! [remote rejected] HEAD -> agent/y (cordon: refused with the rest of the push)", "! [remote rejected] HEAD -> release (cordon: branch release is not in", "remote: cordon: 1 of the 3 refs pushed are refused"}, "network.git[0].push.branches", "branch release"},
 				{"atomic", []string{"--atomic", "HEAD:agent/z", "HEAD:main"}, []string{"HEAD -> main (cordon: branch main"}, "network.git[0].push.branches", "branch main"},
+				{"push options", []string{"-o", "merge_request.create", "HEAD:agent/opt"}, []string{"HEAD -> agent/opt (cordon: push options (1 given) are not allowed by network.git[0]", "set network.git[0].push.options: true"}, "network.git[0].push.options", "push options"},
 			} {
 				out, err := g.git(append([]string{"push", "origin"}, tc.args...)...)
 				if err == nil {
@@ -166,7 +170,7 @@ func TestGitPushRules(t *testing.T) {
 
 			// Control: a permissive rule lets each refused push through.
 			open := agentRule
-			open.Push = gitpush.Rule{Branches: []string{"*", "*/*"}, Tags: true, Delete: true, Source: "network.git[0]"}
+			open.Push = gitpush.Rule{Branches: []string{"*", "*/*"}, Tags: true, Delete: true, Options: true, Source: "network.git[0]"}
 			wide := newSetup(t, up, "github.com", false, withGit(open))
 			w, out, err := newGitClient(t, wide, "app", "-c", "http.version="+proto)
 			if err != nil {
@@ -179,13 +183,13 @@ func TestGitPushRules(t *testing.T) {
 			if out, err := w.git("tag", "v2"); err != nil {
 				t.Fatal(out)
 			}
-			for _, args := range [][]string{{"HEAD:main"}, {"v2"}, {":agent/x"}, {"HEAD:agent/y", "HEAD:release"}} {
+			for _, args := range [][]string{{"HEAD:main"}, {"v2"}, {":agent/x"}, {"HEAD:agent/y", "HEAD:release"}, {"-o", "merge_request.create", "HEAD:agent/opt"}} {
 				if out, err := w.git(append([]string{"push", "-q", "origin"}, args...)...); err != nil {
 					t.Fatalf("control push %v: %v\n%s", args, err, out)
 				}
 			}
 			refs := refsOf(t, root, "app")
-			for _, want := range []string{"refs/tags/v2 ", "refs/heads/agent/y ", "refs/heads/release "} {
+			for _, want := range []string{"refs/tags/v2 ", "refs/heads/agent/y ", "refs/heads/release ", "refs/heads/agent/opt "} {
 				if !strings.Contains(refs, want) {
 					t.Errorf("control: %s missing upstream:\n%s", want, refs)
 				}
