@@ -317,6 +317,11 @@ func (a *analyzer) addEndpoint(host string, port uint16, n int, dnsOnly bool) {
 func (a *analyzer) request(e audit.Event, n int) {
 	method, raw := e.Detail["method"], e.Detail["path"]
 	what := fmt.Sprintf("%s %s%s", method, hostPort(e.Name, e.Port), raw)
+	if strings.HasPrefix(e.Rule, "network.git[") {
+		// What a push may change is the user's to decide, ref by ref: never widened from a refusal.
+		a.keep(what, e.Rule+" refused the push ("+e.Reason+"): change its push rules by hand if you mean to", n)
+		return
+	}
 	if !strings.HasPrefix(e.Rule, "network.http[") || !strings.Contains(e.Reason, " is not allowed by ") {
 		a.keep(what, keptReason(e.Reason), n)
 		return

@@ -131,6 +131,7 @@ func TestSuggest(t *testing.T) {
 				connect("lo.test", 443, "resolves to a loopback address (127.0.0.1)"),
 				{Kind: audit.KindHTTP, Name: "git.test", Decision: audit.Deny, Rule: "gateway", Reason: "Host does not match the connection's name", Detail: map[string]string{"method": "GET", "path": "/x"}},
 				{Kind: audit.KindHTTP, Name: "git.test", Decision: audit.Deny, Rule: "network.http[0].allow[0]", Reason: "a body on GET is not allowed", Detail: map[string]string{"method": "GET", "path": "/acme/app.git/x"}},
+				{Kind: audit.KindHTTP, Name: "git.test", Decision: audit.Deny, Rule: "network.git[0].push.branches", Reason: "refs/heads/main is not in push.branches", Detail: map[string]string{"method": "POST", "path": "/acme/app.git/git-receive-pack"}},
 				connect("fine.test", 443, reasonNotAllowed), // the control: this one is suggested
 			},
 			want: []string{"    - fine.test  # opens TCP to fine.test:443 (refused once)"},
@@ -149,6 +150,7 @@ func TestSuggest(t *testing.T) {
 				"connection to lo.test:443: resolves to a loopback address",
 				"GET git.test/x: the Host header differs",
 				"GET git.test/acme/app.git/x: not something an allow entry lifts: a body on GET",
+				"POST git.test/acme/app.git/git-receive-pack: network.git[0].push.branches refused the push",
 			},
 			never: []string{"1.1.1.1", "169.254", "metadata", "localhost", "evil", "tunnel", "pinned", "blocked", "lo.test", "/x"},
 		},
