@@ -56,6 +56,8 @@ type Cache struct {
 	before int64
 	// rekeyed says the last scan began with another key than the cache had.
 	rekeyed bool
+	// read is the form old was read in, if it was (Changed compares it with next's).
+	read []byte
 }
 
 // racyWindow is Cache.racy's value: far longer than a clock tick.
@@ -101,7 +103,12 @@ func NewCache() *Cache {
 // NewCache).
 func ReadCache(r io.Reader) (*Cache, error) {
 	c := NewCache()
-	br := bufio.NewReader(r)
+	all, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("scan cache: %w", err)
+	}
+	c.read = all
+	br := bufio.NewReader(bytes.NewReader(all))
 	head, err := br.ReadString('\n')
 	if err != nil {
 		return nil, fmt.Errorf("scan cache: header: %w", err)
@@ -161,7 +168,7 @@ func (c *Cache) parseLine(line string, cur *dirRecord) (*dirRecord, error) {
 		if c.old[name] != nil {
 			return nil, fmt.Errorf("directory %q twice", name)
 		}
-		rec := &dirRecord{id: id, seen: true, skip: nums[5] != 0, files: map[string]fileIdentity{}}
+		rec := &dirRecord{id: id, seen: true, skip: nums[5] != 0}
 		c.old[name] = rec
 		return rec, nil
 	}
@@ -172,6 +179,9 @@ func (c *Cache) parseLine(line string, cur *dirRecord) (*dirRecord, error) {
 	case "s":
 		cur.dirs = append(cur.dirs, name)
 	case "f":
+		if cur.files == nil {
+			cur.files = map[string]fileIdentity{}
+		}
 		cur.files[name] = id
 	case "a":
 		cur.again = append(cur.again, name)
@@ -254,7 +264,11 @@ func sorted(s []string) []string {
 func (c *Cache) Changed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rekeyed || !bytes.Equal(encode(c.key, c.old), encode(c.key, c.next))
+	old := c.read
+	if old == nil {
+		old = encode(c.key, c.old)
+	}
+	return c.rekeyed || !bytes.Equal(old, encode(c.key, c.next))
 }
 
 // begin starts a scan with the given rules-and-options key: the records of the last scan become the
@@ -263,11 +277,11 @@ func (c *Cache) begin(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.next) > 0 {
-		c.old = c.next
+		c.old, c.read = c.next, nil
 	}
 	c.rekeyed = c.key != key
 	if c.rekeyed {
-		c.old = map[string]*dirRecord{}
+		c.old, c.read = map[string]*dirRecord{}, nil
 		c.key = key
 	}
 	c.next = make(map[string]*dirRecord, len(c.old))
@@ -290,7 +304,7 @@ func (c *Cache) lookup(dir string) *dirRecord {
 func (c *Cache) rec(dir string) *dirRecord {
 	r := c.next[dir]
 	if r == nil {
-		r = &dirRecord{files: map[string]fileIdentity{}}
+		r = &dirRecord{}
 		c.next[dir] = r
 	}
 	return r
@@ -318,7 +332,11 @@ func (c *Cache) clean(dir, name string, id fileIdentity) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rec(dir).files[name] = id
+	r := c.rec(dir)
+	if r.files == nil {
+		r.files = map[string]fileIdentity{}
+	}
+	r.files[name] = id
 }
 
 // again records a name of dir to judge on every scan.
