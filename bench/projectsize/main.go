@@ -54,7 +54,7 @@ func main() {
 			fail(err)
 		}
 		if strings.HasSuffix(p.name, "git") {
-			git := exec.Command("sh", "-ec", "git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm tree")
+			git := exec.Command("sh", "-ec", "git init -q && git add -A && git -c gc.auto=0 -c user.name=b -c user.email=b@b commit -qm tree")
 			git.Dir = p.dir
 			if out, err := git.CombinedOutput(); err != nil {
 				fail(fmt.Errorf("git: %v\n%s", err, out))

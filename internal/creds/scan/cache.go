@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,8 +57,6 @@ type Cache struct {
 	before int64
 	// rekeyed says the last scan began with another key than the cache had.
 	rekeyed bool
-	// read is the form old was read in, if it was (Changed compares it with next's).
-	read []byte
 }
 
 // racyWindow is Cache.racy's value: far longer than a clock tick.
@@ -103,12 +102,7 @@ func NewCache() *Cache {
 // NewCache).
 func ReadCache(r io.Reader) (*Cache, error) {
 	c := NewCache()
-	all, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("scan cache: %w", err)
-	}
-	c.read = all
-	br := bufio.NewReader(bytes.NewReader(all))
+	br := bufio.NewReaderSize(r, 64<<10)
 	head, err := br.ReadString('\n')
 	if err != nil {
 		return nil, fmt.Errorf("scan cache: header: %w", err)
@@ -261,14 +255,34 @@ func sorted(s []string) []string {
 
 // Changed reports whether the last scan saw something else than the records it began with: a cache
 // that would be written out the same need not be written (the common start, where nothing changed).
+// It may say so of records that differ only in order, which costs a write and nothing else.
 func (c *Cache) Changed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.read
-	if old == nil {
-		old = encode(c.key, c.old)
+	if c.rekeyed || seenCount(c.old) != seenCount(c.next) {
+		return true
 	}
-	return c.rekeyed || !bytes.Equal(old, encode(c.key, c.next))
+	for d, n := range c.next {
+		if !n.seen {
+			continue
+		}
+		o := c.old[d]
+		if o == nil || !o.seen || o.id != n.id || o.skip != n.skip || !slices.Equal(o.dirs, n.dirs) ||
+			!slices.Equal(o.again, n.again) || !maps.Equal(o.files, n.files) {
+			return true
+		}
+	}
+	return false
+}
+
+func seenCount(recs map[string]*dirRecord) int {
+	n := 0
+	for _, r := range recs {
+		if r.seen {
+			n++
+		}
+	}
+	return n
 }
 
 // begin starts a scan with the given rules-and-options key: the records of the last scan become the
@@ -277,11 +291,11 @@ func (c *Cache) begin(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.next) > 0 {
-		c.old, c.read = c.next, nil
+		c.old = c.next
 	}
 	c.rekeyed = c.key != key
 	if c.rekeyed {
-		c.old, c.read = map[string]*dirRecord{}, nil
+		c.old = map[string]*dirRecord{}
 		c.key = key
 	}
 	c.next = make(map[string]*dirRecord, len(c.old))
