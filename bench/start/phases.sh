@@ -12,10 +12,12 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/project"
 cd "$tmp/project"
 export XDG_STATE_HOME="$tmp/state"
-"$cordon" run -- true # the first run makes the state directory
+"$cordon" run -- true | cat # the first run makes the state directory
 i=0
 while [ "$i" -lt "$n" ]; do
-	perf trace -o "$tmp/t$i" -e execve,clone,write,pivot_root,exit_group -- "$cordon" run -- true
+	# Output to a pipe, as bench/start has it: a file would be relayed, and cordon's exit would wait
+	# for init's teardown to close it.
+	perf trace -o "$tmp/t$i" -e execve,clone,write,pivot_root,exit_group -- "$cordon" run -- true | cat
 	i=$((i + 1))
 done
 # Each trace line: "START ( DUR ms): COMM/PID syscall(args) = ret". A phase ends at a syscall's end.
