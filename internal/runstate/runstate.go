@@ -404,7 +404,9 @@ func (r *Run) Update(fn func(*Meta) error) error {
 }
 
 // UpdateLocked is Update for a caller that already holds Lock.
-func (r *Run) UpdateLocked(fn func(*Meta) error) error {
+func (r *Run) UpdateLocked(fn func(*Meta) error) error { return r.updateLocked(fn, true) }
+
+func (r *Run) updateLocked(fn func(*Meta) error, durable bool) error {
 	m, err := readMeta(r.Dir)
 	if err != nil {
 		return err
@@ -420,7 +422,7 @@ func (r *Run) UpdateLocked(fn func(*Meta) error) error {
 	if m.State != old {
 		m.StateChanged = time.Now()
 	}
-	if err := writeMeta(r.Dir, m, true); err != nil {
+	if err := writeMeta(r.Dir, m, durable); err != nil {
 		return err
 	}
 	r.Meta = *m
@@ -435,10 +437,25 @@ func (r *Run) SetState(state string) error {
 
 // Finish records that the agent's command ended with code.
 func (r *Run) Finish(code int) error {
-	return r.Update(func(m *Meta) error {
+	return r.Update(finish(code))
+}
+
+// FinishLazy is Finish without the fsyncs, for a run that is removed as it ends (nothing of it need
+// reach the disk) or made durable after (Sync or SyncMeta). Readers see the old record or the new.
+func (r *Run) FinishLazy(code int) error {
+	unlock, err := r.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.updateLocked(finish(code), false)
+}
+
+func finish(code int) func(*Meta) error {
+	return func(m *Meta) error {
 		m.State, m.ExitCode, m.Ended = StateExited, code, time.Now()
 		return nil
-	})
+	}
 }
 
 // writeMeta replaces meta.json atomically: a reader sees the old or the new file, never a torn one,
