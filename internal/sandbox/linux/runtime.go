@@ -218,8 +218,7 @@ func startRuntime(rc *runtimeConfig, tty bool, stdin, stdout, stderr *os.File) (
 	if _, err := unix.InotifyAddWatch(in, runtimeDir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO); err != nil {
 		return fail(fmt.Errorf("inotify: %w", err))
 	}
-	args := append([]string{"runsc"}, rc.Flags...)
-	args = append(args, "--root="+runtimeState, "--log="+runtimeLog, "run", "--bundle="+runtimeDir, "--pid-file="+runtimePIDFile)
+	args := rc.args(runtimeLog, "run", "--bundle="+runtimeDir, "--pid-file="+runtimePIDFile)
 	console := -1
 	if tty {
 		if console, err = consoleSocket(); err != nil {
@@ -421,8 +420,7 @@ func existingBinds(config []byte) ([]byte, error) {
 // killRuntime sends sig to the command through `runsc kill`; the process it starts is reaped by
 // supervise with every other child of init.
 func killRuntime(rc *runtimeConfig, sig syscall.Signal) {
-	args := append([]string{"runsc"}, rc.Flags...)
-	args = append(args, "--root="+runtimeState, "--log="+runtimeDir+"/kill.log", "kill", runtimeID, fmt.Sprint(int(sig)))
+	args := rc.args(runtimeDir+"/kill.log", "kill", runtimeID, fmt.Sprint(int(sig)))
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return
@@ -434,4 +432,11 @@ func killRuntime(rc *runtimeConfig, sig syscall.Signal) {
 		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
+}
+
+// args is a runtime command line: its flags, the run's state directory, a log, then the subcommand.
+func (rc *runtimeConfig) args(log string, sub ...string) []string {
+	args := append([]string{"runsc"}, rc.Flags...)
+	args = append(args, "--root="+runtimeState, "--log="+log)
+	return append(args, sub...)
 }
