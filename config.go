@@ -117,6 +117,10 @@ const (
 	// WarningBlocked: the gateway refused a host the command tried to reach, once per host, as it
 	// happens, with how to allow it. Printed as "cordon: ...".
 	WarningBlocked WarningKind = "blocked"
+	// WarningUpstream: the gateway could not reach a host the policy allows, or could not verify
+	// its certificate (the fix then is network.tls.caFile), once per host, as it happens. The
+	// sandbox sees only resets and 502s, which agents retry quietly. Printed as "cordon: ...".
+	WarningUpstream WarningKind = "upstream"
 )
 
 func (w Warning) String() string {

@@ -204,7 +204,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, Budgets: ledger,
+			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
@@ -493,6 +493,7 @@ func (w *warnings) add(kind WarningKind, msg string) {
 func (w *warnings) degraded(msg string) { w.add(WarningDegraded, msg) }
 func (w *warnings) notice(msg string)   { w.add(WarningNotice, msg) }
 func (w *warnings) blocked(msg string)  { w.add(WarningBlocked, msg) }
+func (w *warnings) upstream(msg string) { w.add(WarningUpstream, msg) }
 
 func (w *warnings) all() []Warning {
 	w.mu.Lock()

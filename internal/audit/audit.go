@@ -80,8 +80,13 @@ func (e Event) Decisions() int { return max(e.Count, 1) }
 // Detail keys that the summary counts, set on KindHTTP events by the credential hook. Values name
 // credentials and places, never values.
 const (
-	// DetailCredentials lists the credentials whose real value went into the request.
+	// DetailCredentials lists the credentials whose real value went into the request and reached
+	// the upstream (the request's head was written to it over verified TLS).
 	DetailCredentials = "credentials"
+	// DetailCredentialsUnsent lists the credentials put into a request that never reached the
+	// upstream (its certificate was not verified, it could not be reached, the gateway refused the
+	// request after the hook ran): not counted as injected.
+	DetailCredentialsUnsent = "credentials_unsent"
 	// DetailCredentialMisuse lists placeholders found where their credential is not allowed (another
 	// host, another header): the request went out with the placeholder unchanged.
 	DetailCredentialMisuse = "credential_misuse"

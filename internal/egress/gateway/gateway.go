@@ -57,6 +57,10 @@ type Config struct {
 	OnEvent func(audit.Event)
 	// Notify receives one line per refused host, for the user's terminal. It must not block.
 	Notify func(line string)
+	// NotifyUpstream receives one line per allowed host the gateway could not reach or whose
+	// certificate it could not verify, for the user's terminal: the sandbox sees only resets and
+	// 502s, which agents retry quietly. It must not block.
+	NotifyUpstream func(line string)
 	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver (or
 	// network.dns.upstream), always asked for the name as a fully qualified one (see exactLookup). A
 	// function given here gets the name without a trailing dot and must not apply a search list.
@@ -113,9 +117,12 @@ func New(cfg Config) (*Gateway, error) {
 	if len(cfg.Network.DNS.Upstream) > 0 {
 		lookup = exactLookup(upstreamResolver(cfg.Network.DNS.Upstream))
 	}
-	var notices *notifier
+	var notices, upstream *notifier
 	if cfg.Notify != nil {
 		notices = newNotifier(cfg.Notify)
+	}
+	if cfg.NotifyUpstream != nil {
+		upstream = newNotifier(cfg.NotifyUpstream)
 	}
 	refusedName := func(host, reason string) {
 		notices.notifyf(dnsKey(host), func() string {
@@ -143,10 +150,10 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{log: log}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
-		OrigDst: origdst.Of, Notify: notices.refusedConn,
+		OrigDst: origdst.Of, Notify: notices.refusedConn, Unreachable: upstream.unreachable,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
-		if err = g.prepareInterception(cfg, notices); err == nil {
+		if err = g.prepareInterception(cfg, notices, upstream); err == nil {
 			pcfg.Intercept = g.ic
 		}
 	}
@@ -167,7 +174,7 @@ func New(cfg Config) (*Gateway, error) {
 // credentials, and those network.tls.inspect names (which get no rules: only the checks every
 // intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
 // host's roots plus network.tls.caFile.
-func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
+func (g *Gateway) prepareInterception(cfg Config, notices, upstream *notifier) error {
 	roots, err := x509.SystemCertPool()
 	if err != nil {
 		roots = x509.NewCertPool()
@@ -191,13 +198,16 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths, Body: a.Body, Websocket: a.Websocket, Headers: a.Headers})
 		}
 	}
-	var notify func(key, line string)
+	var notify, notifyUp func(key, line string)
 	if notices != nil {
 		notify = func(key, line string) { notices.notify("http "+key, line) }
 	}
+	if upstream != nil {
+		notifyUp = upstream.notify
+	}
 	g.ic, err = intercept.New(intercept.Config{
 		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
-		Notify: notify, Budgets: cfg.Budgets,
+		Notify: notify, NotifyUpstream: notifyUp, Budgets: cfg.Budgets,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
 			return g.proxy.DialUpstream(ctx, name, port)

@@ -75,6 +75,11 @@ type Config struct {
 	// to allow: fix") and a key that says which refusals are the same for a human (host, method and
 	// rule), so the caller can print each once. It must not block.
 	Notify func(key, line string)
+	// NotifyUpstream, if set, gets a one-line account of an upstream the interceptor could not use
+	// (its certificate not verified against Roots, or not reachable), with a key per host and port,
+	// so the caller can print each once: the sandbox only sees 502s, and an agent that retries them
+	// quietly leaves the human guessing. It must not block.
+	NotifyUpstream func(key, line string)
 }
 
 // Interceptor terminates the sandbox's TLS for the names it wants, judges each HTTP request by the
@@ -93,6 +98,7 @@ type Interceptor struct {
 	budgets    *budget.Ledger
 	rec        audit.Recorder
 	notify     func(key, line string)
+	notifyUp   func(key, line string)
 	tr1        *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
 	tr2        *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
 	proxy      *httputil.ReverseProxy
@@ -130,6 +136,7 @@ func New(cfg Config) (*Interceptor, error) {
 		budgets:    cfg.Budgets,
 		rec:        cfg.Recorder,
 		notify:     cfg.Notify,
+		notifyUp:   cfg.NotifyUpstream,
 		errLog:     log.New(io.Discard, "", 0),
 	}
 	if i.rec == nil {
@@ -181,7 +188,7 @@ func New(cfg Config) (*Interceptor, error) {
 		BufferPool:     newBufferPool(),
 		ErrorLog:       i.errLog,
 		ModifyResponse: modifyResponse,
-		ErrorHandler:   errorHandler,
+		ErrorHandler:   i.errorHandler,
 	}
 	return i, nil
 }
