@@ -215,8 +215,11 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 		c.Add(func() { gw.Close() })
 		spec.ResolvConf = gateway.ResolvConf()
-		spec.Env = append(spec.Env, gw.Env()...)
-		spec.TrustCA = gw.TrustCA()
+		var extra []byte
+		if spec.Env, extra, err = b.gatewayEnv(spec.Env, gw.Env(), pol.Env); err != nil {
+			return nil, err
+		}
+		spec.TrustCA = append(gw.TrustCA(), extra...)
 	}
 	// The run's record is made durable while the box starts, not before (see CreateLazy).
 	synced := make(chan error, 1)

@@ -157,8 +157,9 @@ type Spec struct {
 	// Hosts are extra lines for /etc/hosts inside.
 	Hosts []string
 	// TrustCA is PEM certificates the sandbox trusts besides the host's CA bundle (the gateway's
-	// per-run CA, when it terminates TLS). They appear at TrustedCAPath, the host's bundle plus them at
-	// CABundlePath, and in the system bundle's place where the host has one.
+	// per-run CA, when it terminates TLS, and network.tls.caFile). They appear at TrustedCAPath, the
+	// host's bundle plus them at CABundlePath and in the system bundle's place where the host has
+	// one, and the host's Java roots plus them at JavaTrustStorePath.
 	TrustCA []byte
 
 	// Limits are resource limits; zero means no limit.
@@ -171,6 +172,9 @@ type Spec struct {
 const (
 	TrustedCAPath = "/etc/cordon/ca.crt"
 	CABundlePath  = "/etc/cordon/ca-bundle.crt"
+	// JavaTrustStorePath is a PKCS#12 trust store (password javatrust.Password) of the host's Java
+	// roots plus Spec.TrustCA, for Java, which reads neither the bundle nor the variables.
+	JavaTrustStorePath = "/etc/cordon/java-cacerts.p12"
 )
 
 // Workspace is the project directory as the sandbox sees it.

@@ -45,4 +45,5 @@ type etcEntry struct {
 	Kind    string `json:"kind"`              // "file", "dir", "symlink", "generated", "dir-empty", "cover", "mountpoint"
 	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name; for "mountpoint", "dir" or "file"
 	Content string `json:"content,omitempty"` // set for generated files
+	Binary  []byte `json:"binary,omitempty"`  // a generated file's bytes that are not text (a key store)
 }
