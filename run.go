@@ -208,6 +208,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
+			gcfg.ModifyMessage, gcfg.MessagesFor = credSet.ModifyMessage, credSet.InMessages
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err != nil {

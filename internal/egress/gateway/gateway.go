@@ -73,6 +73,13 @@ type Config struct {
 	InjectHosts []string
 	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
 	Modify func(r *http.Request, name string) (map[string]string, error)
+	// ModifyMessage puts credentials into a websocket message to a credential host
+	// (creds.Set.ModifyMessage); nil changes none, and websockets to such hosts are then relayed
+	// message by message only when values sent to them must be searched for.
+	ModifyMessage func(ctx context.Context, name string, msg []byte) ([]byte, []string, []string, error)
+	// MessagesFor reports whether a credential bound to a host may go into its websocket messages
+	// (creds.Set.InMessages).
+	MessagesFor func(name string) bool
 	// Redactions lists the credential values sent to a host, to be put back to their placeholders
 	// in its answers (creds.Set.Redactions); nil searches nothing.
 	Redactions func(name string) []redact.Pair
@@ -209,7 +216,7 @@ func (g *Gateway) prepareInterception(cfg Config, notices, upstream *notifier) e
 		notifyUp = upstream.notify
 	}
 	g.ic, err = intercept.New(intercept.Config{
-		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
+		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, ModifyMessage: cfg.ModifyMessage, MessagesFor: cfg.MessagesFor, Redactions: cfg.Redactions, Recorder: g.log,
 		Notify: notify, NotifyUpstream: notifyUp, Budgets: cfg.Budgets,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {

@@ -231,6 +231,10 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { ex.sent.Store(true) }})
+	if up != "" && i.relaysMessages(c.name, ex) {
+		i.serveWebsocket(cw, r.WithContext(ctx), ex, &ev)
+		return
+	}
 	i.proxy.ServeHTTP(cw, r.WithContext(ctx))
 }
 
