@@ -63,6 +63,7 @@ type Run struct {
 	sb        sandbox.Sandbox
 	streams   *console.Streams
 	gw        *gateway.Gateway
+	agent     *agentSocket
 	budgets   *budget.Ledger
 	creds     *creds.Set
 	synced    chan error
@@ -222,6 +223,12 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 		spec.TrustCA = append(gw.TrustCA(), extra...)
 	}
+	spec.SSHKnownHosts = b.knownHosts(pol.Network)
+	agent, err := b.startAgent(pol, gw, spec)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { agent.Close() })
 	// The run's record is made durable while the box starts, not before (see CreateLazy).
 	synced := make(chan error, 1)
 	go func() { synced <- rec.Sync() }()
@@ -247,7 +254,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger,
+		keep: cfg.Keep, budgets: ledger, agent: agent,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -345,6 +352,9 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	if err := <-r.synced; err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
 	}
+	if err := r.agent.Close(); err != nil { // first: its uses are events of the gateway's log
+		r.b.warn.degraded("the sandbox's ssh-agent: " + err.Error())
+	}
 	if r.gw != nil {
 		sum, err := r.gw.Close()
 		if err != nil {
@@ -416,7 +426,7 @@ func (r *Run) keepReason(changed int, failed bool) KeepReason {
 		return KeptAsked
 	case failed:
 		return KeptFailed
-	case n != nil && n.Denied+n.Misuses+n.Echoes > 0:
+	case n != nil && n.Denied+n.Misuses+n.Echoes+n.AgentRefusals > 0:
 		return KeptNetwork
 	case pointsInto(r.b.warn.all(), r.rec.Dir):
 		return KeptListing

@@ -61,6 +61,9 @@ const (
 	KindConnect Kind = "connect"
 	// KindHTTP is one request the gateway read inside a connection it intercepts.
 	KindHTTP Kind = "http"
+	// KindSSHAgent is a request the sandbox made of its ssh-agent (a signature, or a refused add,
+	// remove, lock or extension); Name is the key's comment.
+	KindSSHAgent Kind = "ssh-agent"
 	// KindAudit is a note of the log about itself (its cap reached, events suppressed or dropped).
 	KindAudit Kind = "audit"
 )

@@ -156,6 +156,10 @@ type Spec struct {
 	ResolvConf string
 	// Hosts are extra lines for /etc/hosts inside.
 	Hosts []string
+	// SSHKnownHosts, if set, is /etc/ssh/ssh_known_hosts inside (the host's /etc/ssh is never
+	// shown: it holds the host's private keys): the caller's lines for the hosts the sandbox may
+	// reach, so that ssh checks their keys strictly.
+	SSHKnownHosts []byte
 	// TrustCA is PEM certificates the sandbox trusts besides the host's CA bundle (the gateway's
 	// per-run CA, when it terminates TLS, and network.tls.caFile). They appear at TrustedCAPath, the
 	// host's bundle plus them at CABundlePath and in the system bundle's place where the host has

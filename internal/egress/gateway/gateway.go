@@ -359,6 +359,10 @@ func (g *Gateway) Env() []string {
 	return env
 }
 
+// Record writes an event of another of the run's boundaries into the gateway's audit log (the
+// sandbox's ssh-agent): one log per run.
+func (g *Gateway) Record(ev audit.Event) { g.log.Record(ev) }
+
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.
 func (g *Gateway) Close() (audit.Summary, error) {
 	g.cancel()

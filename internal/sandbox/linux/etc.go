@@ -97,6 +97,10 @@ func etcEntries(spec *sandbox.Spec, u sandbox.User) ([]etcEntry, error) {
 		etcEntry{Name: "resolv.conf", Kind: "generated", Content: resolv},
 		etcEntry{Name: "mtab", Kind: "symlink", Target: "../proc/self/mounts"},
 	)
+	if len(spec.SSHKnownHosts) > 0 {
+		out = append(out, etcEntry{Name: "ssh", Kind: "dir-empty"},
+			etcEntry{Name: "ssh/ssh_known_hosts", Kind: "generated", Content: string(spec.SSHKnownHosts)})
+	}
 	if len(spec.TrustCA) > 0 {
 		trust, err := trustEntries(spec.TrustCA)
 		if err != nil {
