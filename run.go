@@ -64,6 +64,7 @@ type Run struct {
 	streams   *console.Streams
 	gw        *gateway.Gateway
 	agent     *agentSocket
+	published *published
 	budgets   *budget.Ledger
 	creds     *creds.Set
 	synced    chan error
@@ -175,9 +176,15 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		p := gateway.Ports()
 		egress = &p
 	}
+	pubs, err := listenPublished(cfg.Publish, pol.Network != nil)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(pubs.close)
 	launched, err := backend.Launch(ctx, &sandbox.LaunchSpec{
 		User: identity(env), Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr,
 		TTY: streams.TTY, TTYRows: streams.Rows, TTYCols: streams.Cols, Egress: egress, Warn: b.warn.degraded,
+		Publish: pubs.insidePorts(),
 	})
 	if err != nil {
 		return nil, &SetupError{Err: err}
@@ -254,12 +261,15 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger, agent: agent,
+		keep: cfg.Keep, budgets: ledger, agent: agent, published: pubs,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
 		if err == nil {
 			err = gw.Serve(ls)
+		}
+		if err == nil {
+			err = pubs.serve(sb, gw)
 		}
 		if err != nil {
 			// Fail closed: without its gateway the box has no business running.
@@ -352,6 +362,7 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	if err := <-r.synced; err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
 	}
+	r.published.close()                     // first, as the agent: its connections are events of the gateway's log
 	if err := r.agent.Close(); err != nil { // first: its uses are events of the gateway's log
 		r.b.warn.degraded("the sandbox's ssh-agent: " + err.Error())
 	}

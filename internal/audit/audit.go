@@ -61,6 +61,8 @@ const (
 	KindConnect Kind = "connect"
 	// KindHTTP is one request the gateway read inside a connection it intercepts.
 	KindHTTP Kind = "http"
+	// KindInbound is a connection from the host to a port the run published (cordon run --publish).
+	KindInbound Kind = "inbound"
 	// KindSSHAgent is a request the sandbox made of its ssh-agent (a signature, or a refused add,
 	// remove, lock or extension); Name is the key's comment.
 	KindSSHAgent Kind = "ssh-agent"

@@ -47,6 +47,9 @@ type LaunchSpec struct {
 	// network namespace, installed before the command runs; Sandbox.EgressListeners returns the
 	// sockets for the gateway outside to serve. Nil means no network at all: loopback only.
 	Egress *EgressPorts
+	// Publish are ports on the sandbox's loopback that the caller may connect to from outside
+	// (Publisher.DialPublished), for a server the command runs; nothing else inside is reachable.
+	Publish []uint16
 	// Warn receives one-line notes about layers this host cannot provide; the run returns them to
 	// its caller as values. Nil drops them.
 	Warn warn.Func
@@ -94,6 +97,13 @@ type Sandbox interface {
 	Terminal() *os.File
 	// Pid is the host pid of the box's own process (the native sandbox's init).
 	Pid() int
+}
+
+// Publisher is a Sandbox whose launch published ports (LaunchSpec.Publish): DialPublished connects
+// to one of them on the sandbox's loopback, from outside, for the caller to relay a host's
+// connection to. Any other port is refused.
+type Publisher interface {
+	DialPublished(port uint16) (net.Conn, error)
 }
 
 // Start launches a box and starts spec in it at once, for callers with nothing to prepare in between.
