@@ -1,7 +1,6 @@
 package cordon
 
 import (
-	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
+	"github.com/cordon-sandbox/cordon/internal/javatrust"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
@@ -100,17 +100,8 @@ func bundleCerts(path string) ([]byte, error) {
 		return nil, fmt.Errorf("merging it with the sandbox's bundle: %w", err)
 	}
 	var out []byte
-	for {
-		var blk *pem.Block
-		if blk, b = pem.Decode(b); blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		if _, err := x509.ParseCertificate(blk.Bytes); err == nil {
-			out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: blk.Bytes})...)
-		}
+	for _, c := range javatrust.PEMCertificates(b) {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s holds no PEM certificate to merge with the sandbox's bundle", path)

@@ -52,9 +52,9 @@ func Build(stores []string, fallback, extra []byte) ([]byte, error) {
 		break
 	}
 	if !found {
-		roots = pemCerts(fallback)
+		roots = PEMCertificates(fallback)
 	}
-	added := pemCerts(extra)
+	added := PEMCertificates(extra)
 	if len(added) == 0 && len(bytes.TrimSpace(extra)) > 0 {
 		return nil, errors.New("javatrust: the certificates to add hold no PEM certificate")
 	}
@@ -94,7 +94,7 @@ func Decode(b []byte) ([]*x509.Certificate, error) {
 
 // pemCerts parses every CERTIFICATE block of b, skipping what does not parse (a bundle may hold
 // a certificate Go refuses, which the store then lacks, as Go's own pool would).
-func pemCerts(b []byte) []*x509.Certificate {
+func PEMCertificates(b []byte) []*x509.Certificate {
 	var out []*x509.Certificate
 	for {
 		var blk *pem.Block
