@@ -166,6 +166,13 @@ func (i *Interceptor) relayAnswer(cw *countingWriter, res *http.Response) {
 	for k, vs := range res.Header {
 		h[k] = vs
 	}
+	// Hop-by-hop fields are the upstream connection's; a body redacted to another length has none.
+	for _, k := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Proxy-Connection", "Te", "Trailer"} {
+		h.Del(k)
+	}
+	if res.ContentLength < 0 {
+		h.Del("Content-Length")
+	}
 	cw.WriteHeader(res.StatusCode)
 	_, _ = io.Copy(cw, res.Body)
 }
@@ -185,8 +192,9 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 		received atomic.Int64
 		bytesIn  atomic.Int64
 	)
+	var refused sync.Once // either direction may refuse; the first reason is the one recorded
 	refuse := func(conn *websocket.Conn, reason string) {
-		ex.refusal = reason
+		refused.Do(func() { ex.refusal = reason })
 		_ = conn.Close(websocket.StatusPolicyViolation, "cordon: "+reason)
 	}
 	var wg sync.WaitGroup
