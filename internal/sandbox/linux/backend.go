@@ -290,7 +290,7 @@ func validate(spec *sandbox.Spec) error {
 // clone starts init in fresh namespaces, with the launch message as its argv[1].
 func (l *launched) clone() error {
 	ls := &l.ls
-	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress})
+	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress, Publish: ls.Publish})
 	if err != nil {
 		return &sandbox.SetupError{Step: "encoding the launch", Err: err}
 	}
@@ -326,14 +326,29 @@ func (l *launched) clone() error {
 		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
+	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
+	if len(ls.Publish) > 0 {
+		pfds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "creating the channel for published ports", Err: err}
+		}
+		pubR, pubW := os.NewFile(uintptr(pfds[0]), "publish"), os.NewFile(uintptr(pfds[1]), "publish")
+		defer pubW.Close()
+		l.s.publish = &publisher{f: pubR}
+		files = append(files, pubW.Fd())
+	}
 	uidMap, gidMap, cred, err := l.idMappings(ls.User)
 	if err != nil {
 		cfgW.Close()
 		statR.Close()
 		return &sandbox.SetupError{Step: "choosing the sandbox's host ids", Err: err}
 	}
-	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
 	if l.b.Runtime != nil {
+		if len(files) == publishFD {
+			files = append(files, ^uintptr(0)) // publishFD stays closed: runtimeFD and guestFD follow it
+		}
 		// Opened here, on the host: init cannot look them up (see Runtime.Path).
 		rfs, err := openRuntimeFiles(l.b.Runtime, l.exe)
 		if err != nil {

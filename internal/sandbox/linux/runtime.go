@@ -69,11 +69,11 @@ const (
 	runtimeID = "cordon"
 )
 
-// The descriptors of the runtime's binary and of cordon's own in init (after the config pipe and
-// status socket): detached mounts of the files, made by cordon on the host (open_tree).
+// The descriptors of the runtime's binary and of cordon's own in init (after the config pipe, the
+// status socket and publishFD): detached mounts of the files, made by cordon on the host (open_tree).
 const (
-	runtimeFD = 5
-	guestFD   = 6
+	runtimeFD = publishFD + 1
+	guestFD   = publishFD + 2
 )
 
 // runtimeConfig is the part of the config message that a Runtime adds.
