@@ -540,7 +540,7 @@ func cgroupsNamed(prefix string) []string {
 // TestNestingOnlyWhenAllowed checks that sandbox.allowNesting opens user namespaces and nothing else.
 func TestNestingOnlyWhenAllowed(t *testing.T) {
 	requireTool(t, "unshare")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		if r := h.sandboxed("", "unshare -U true && echo NESTED"); strings.Contains(r.stdout, "NESTED") {
 			t.Fatalf("user namespace created without allowNesting:\n%s", r)
 		}

@@ -288,16 +288,21 @@ func forEachTier(t *testing.T, f func(t *testing.T, h *harness)) {
 				if h.who.uid != 0 {
 					t.Skip("the gVisor tier needs cordon to run as root: runsc must be root in the sandbox's user namespace while the agent's uid owns the workspace there, and a user namespace made without root maps one id")
 				}
-				runsc := runscPath(t)
-				h.tier = tier
-				for i, kv := range h.env {
-					if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-						h.env[i] = "PATH=" + filepath.Dir(runsc) + ":" + v
-					}
-				}
+				h.useGVisor(t)
 				f(t, h)
 			})
 		})
+	}
+}
+
+// useGVisor makes every `cordon run` of the harness ask for the gVisor tier, with runsc on its PATH.
+func (h *harness) useGVisor(t *testing.T) {
+	runsc := runscPath(t)
+	h.tier = "gvisor"
+	for i, kv := range h.env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			h.env[i] = "PATH=" + filepath.Dir(runsc) + ":" + v
+		}
 	}
 }
 

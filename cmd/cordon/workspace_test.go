@@ -217,13 +217,20 @@ func TestDiskLimit(t *testing.T) {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("mkfs.ext4 not installed")
 	}
-	h := newHarness(t, identities(t)[0])
-	r := h.sandboxed("limits:\n  disk: 16MiB\n", "dd if=/dev/zero of=big bs=1M count=64 2>&1; ls -la big")
-	if !strings.Contains(r.stdout, "No space left on device") {
-		t.Fatalf("the disk limit did not hold:\n%s", r)
-	}
-	// Control: the same write without a limit succeeds.
-	if r := h.sandboxed("", "dd if=/dev/zero of=big bs=1M count=64 2>&1"); strings.Contains(r.stdout, "No space left") || r.code != 0 {
-		t.Fatalf("control: %s", r)
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) {
+			h := newHarness(t, identities(t)[0])
+			if tier == "gvisor" {
+				h.useGVisor(t)
+			}
+			r := h.sandboxed("limits:\n  disk: 16MiB\n", "dd if=/dev/zero of=big bs=1M count=64 2>&1; ls -la big")
+			if !strings.Contains(r.stdout, "No space left on device") {
+				t.Fatalf("the disk limit did not hold:\n%s", r)
+			}
+			// Control: the same write without a limit succeeds.
+			if r := h.sandboxed("", "dd if=/dev/zero of=big bs=1M count=64 2>&1"); strings.Contains(r.stdout, "No space left") || r.code != 0 {
+				t.Fatalf("control: %s", r)
+			}
+		})
 	}
 }
