@@ -1,0 +1,389 @@
+package kernelrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Relay is one gateway's kernel relay: the maps, the verdict program, and the watcher that learns of
+// each handed-over socket's end of stream. It has no global state; each gateway makes its own.
+type Relay struct {
+	// targets holds every handed-over socket, as a redirect target only (no program is attached to
+	// it); sources holds the same sockets with the verdict program attached. A socket enters targets
+	// before sources, so by the time any segment is judged its peer can receive it: a redirect to a
+	// socket not yet in the map would drop the segment.
+	targets, sources, peers *ebpf.Map
+	prog                    *ebpf.Program
+
+	ep    *os.File // an epoll instance, itself waited on through the runtime's poller
+	epRaw syscall.RawConn
+
+	mu      sync.Mutex
+	waiting map[int32]chan uint32 // descriptor -> its pipe's event channel
+	closed  bool
+	done    chan struct{}
+}
+
+// maxEntries bounds the sockets handed over at once (two per connection); past it a handover fails
+// and the connection stays in user space.
+const maxEntries = 1 << 16
+
+// New loads the verdict program and its maps. It fails, saying why, where the kernel or the caller's
+// privileges allow no sockmap (the caller then relays in user space).
+func New() (*Relay, error) {
+	r := &Relay{waiting: map[int32]chan uint32{}, done: make(chan struct{})}
+	var err error
+	closeAll := func() {
+		for _, c := range []interface{ Close() error }{r.targets, r.sources, r.peers, r.prog} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	if r.targets, r.sources, r.peers, r.prog, err = load(maxEntries); err != nil {
+		return nil, fmt.Errorf("kernel relay: %w", err)
+	}
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: r.sources.FD(), Program: r.prog, Attach: ebpf.AttachSkSKBVerdict}); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("kernel relay: attaching the verdict program: %w", err)
+	}
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("kernel relay: epoll: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		closeAll()
+		return nil, fmt.Errorf("kernel relay: epoll: %w", err)
+	}
+	r.ep = os.NewFile(uintptr(fd), "kernelrelay-epoll")
+	if r.epRaw, err = r.ep.SyscallConn(); err != nil {
+		r.ep.Close()
+		closeAll()
+		return nil, fmt.Errorf("kernel relay: epoll: %w", err)
+	}
+	go r.watch()
+	return r, nil
+}
+
+// Close detaches the program and frees the maps; pipes still open are reset by their own teardown.
+func (r *Relay) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.ep.Close() // ends watch
+	<-r.done
+	err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: r.sources.FD(), Program: r.prog, Attach: ebpf.AttachSkSKBVerdict})
+	for _, c := range []interface{ Close() error }{r.sources, r.targets, r.peers, r.prog} {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// watch reads the epoll instance's events (end of stream, errors on handed-over sockets) and gives
+// each to its pipe.
+func (r *Relay) watch() {
+	defer close(r.done)
+	events := make([]unix.EpollEvent, 64)
+	for {
+		var n int
+		var werr error
+		err := r.epRaw.Read(func(fd uintptr) bool {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			if werr == unix.EINTR {
+				return false
+			}
+			return werr != nil || n > 0
+		})
+		if err != nil || werr != nil {
+			return // closed
+		}
+		r.mu.Lock()
+		for _, e := range events[:n] {
+			if ch, ok := r.waiting[e.Fd]; ok {
+				select {
+				case ch <- e.Events:
+				default: // the pipe has an event pending and re-reads the socket's state anyway
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// side is one socket of a pipe.
+type side struct {
+	c      *net.TCPConn
+	rc     syscall.RawConn
+	fd     int
+	cookie uint64
+	sent0  uint64 // bytes written into its stream before the handover
+	eof    bool   // its peer's FIN has been passed on to the other side
+}
+
+// Pipe is two connections whose bytes the kernel relays to each other.
+type Pipe struct {
+	r      *Relay
+	a, b   side
+	events chan uint32
+}
+
+// Splice hands a and b to the kernel: from its return, what arrives on either is sent on the other,
+// in order, after whatever the caller wrote to them before. The caller must no longer read or write
+// either connection until Wait returns (it may close them, to abort). Bytes already received and not
+// read by the caller are relayed too.
+func (r *Relay) Splice(a, b *net.TCPConn) (*Pipe, error) {
+	p := &Pipe{r: r, events: make(chan uint32, 4)}
+	for _, s := range []struct {
+		c  *net.TCPConn
+		to *side
+	}{{a, &p.a}, {b, &p.b}} {
+		if err := s.to.init(s.c); err != nil {
+			return nil, fmt.Errorf("kernel relay: %w", err)
+		}
+	}
+	if err := p.link(); err != nil {
+		p.unlink()
+		return nil, fmt.Errorf("kernel relay: %w", err)
+	}
+	return p, nil
+}
+
+func (s *side) init(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	s.c, s.rc = c, rc
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		s.fd = int(fd)
+		if s.cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE); serr != nil {
+			return
+		}
+		s.sent0, serr = written(int(fd))
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// link puts both sockets in the maps, in the order that cannot drop or reorder a segment: both as
+// targets, then the peer entries, then both as sources (the verdict runs from there), then a kick
+// that makes the verdict judge what was queued before it was attached.
+func (p *Pipe) link() error {
+	r := p.r
+	r.mu.Lock()
+	closed := r.closed
+	if !closed {
+		r.waiting[int32(p.a.fd)] = p.events
+		r.waiting[int32(p.b.fd)] = p.events
+	}
+	r.mu.Unlock()
+	if closed {
+		return errors.New("relay closed")
+	}
+	for _, s := range []*side{&p.a, &p.b} {
+		if err := r.targets.Update(s.cookie, uint64(s.fd), ebpf.UpdateNoExist); err != nil {
+			return fmt.Errorf("socket into the map: %w", err)
+		}
+	}
+	if err := r.peers.Update(p.a.cookie, peerValue{Peer: p.b.cookie}, ebpf.UpdateNoExist); err != nil {
+		return fmt.Errorf("peer entry: %w", err)
+	}
+	if err := r.peers.Update(p.b.cookie, peerValue{Peer: p.a.cookie}, ebpf.UpdateNoExist); err != nil {
+		return fmt.Errorf("peer entry: %w", err)
+	}
+	for _, s := range []*side{&p.a, &p.b} {
+		if err := r.sources.Update(s.cookie, uint64(s.fd), ebpf.UpdateNoExist); err != nil {
+			return fmt.Errorf("socket into the map: %w", err)
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLERR | unix.EPOLLHUP | unix.EPOLLET, Fd: int32(s.fd)}
+		if err := unix.EpollCtl(int(r.ep.Fd()), unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+			return fmt.Errorf("epoll: %w", err)
+		}
+		if err := kick(s.fd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kick makes the kernel run the socket's data-ready path now (setting SO_RCVLOWAT does, under the
+// socket's lock), so segments queued before the verdict was attached, or the last ones before a FIN,
+// are judged before it returns.
+func kick(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1); err != nil {
+		return fmt.Errorf("SO_RCVLOWAT: %w", err)
+	}
+	return nil
+}
+
+// unlink takes the sockets out of the maps and the epoll set; the kernel restores their usual
+// receive path.
+func (p *Pipe) unlink() {
+	r := p.r
+	for _, s := range []*side{&p.a, &p.b} {
+		if s.c == nil {
+			continue
+		}
+		_ = unix.EpollCtl(int(r.ep.Fd()), unix.EPOLL_CTL_DEL, s.fd, nil)
+		_ = r.sources.Delete(s.cookie)
+		_ = r.targets.Delete(s.cookie)
+	}
+	for _, s := range []*side{&p.a, &p.b} {
+		if s.c != nil {
+			_ = r.peers.Delete(s.cookie)
+		}
+	}
+	r.mu.Lock()
+	delete(r.waiting, int32(p.a.fd))
+	delete(r.waiting, int32(p.b.fd))
+	r.mu.Unlock()
+}
+
+// Wait relays until both directions have ended, each by its FIN (passed on to the other side once
+// every byte before it is in that side's send queue), or either side fails (a reset, ctx done: the
+// error; the caller then resets both). It returns the bytes relayed from a to b and from b to a, the
+// verdict program's counts, and takes the sockets out of the kernel relay.
+func (p *Pipe) Wait(ctx context.Context) (ab, ba int64, err error) {
+	defer p.unlink()
+	for !p.a.eof || !p.b.eof {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case ev := <-p.events:
+			err = p.handle(ctx, ev)
+		}
+		if err != nil {
+			break
+		}
+	}
+	ab, ba = p.count(&p.a), p.count(&p.b)
+	return ab, ba, err
+}
+
+func (p *Pipe) count(s *side) int64 {
+	var v peerValue
+	if p.r.peers.Lookup(s.cookie, &v) != nil {
+		return 0
+	}
+	return int64(v.Bytes)
+}
+
+// handle re-reads both sockets' state after an event: a pending error ends the pipe, a FIN received
+// is passed on.
+func (p *Pipe) handle(ctx context.Context, _ uint32) error {
+	for _, s := range []struct{ from, to *side }{{&p.a, &p.b}, {&p.b, &p.a}} {
+		if e, err := unix.GetsockoptInt(s.from.fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil {
+			return fmt.Errorf("kernel relay: %w", err)
+		} else if e != 0 {
+			return fmt.Errorf("kernel relay: %w", syscall.Errno(e))
+		}
+		if s.from.eof {
+			continue
+		}
+		fin, err := finReceived(s.from.fd)
+		if err != nil {
+			return err
+		}
+		if !fin {
+			continue
+		}
+		if err := p.passFIN(ctx, s.from, s.to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// passFIN passes from's end of stream on to to: once the verdict has judged everything before the FIN
+// and every byte it redirected is in to's send queue, to's write side is shut.
+func (p *Pipe) passFIN(ctx context.Context, from, to *side) error {
+	if err := kick(from.fd); err != nil {
+		return err
+	}
+	want := to.sent0 + uint64(p.count(from))
+	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		got, err := written(to.fd)
+		if err != nil {
+			return fmt.Errorf("kernel relay: %w", err)
+		}
+		if got >= want {
+			break
+		}
+		if e, _ := unix.GetsockoptInt(to.fd, unix.SOL_SOCKET, unix.SO_ERROR); e != 0 {
+			return fmt.Errorf("kernel relay: %w", syscall.Errno(e))
+		}
+		// The kernel sends redirected segments from a work queue, and on to's pace: its peer may be
+		// reading slowly. Nothing signals the moment the queue is empty, so look again shortly.
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err := unix.Shutdown(to.fd, unix.SHUT_WR); err != nil {
+		return fmt.Errorf("kernel relay: shutdown: %w", err)
+	}
+	from.eof = true
+	return nil
+}
+
+// written returns the bytes written into a TCP socket's stream so far: those the peer acknowledged
+// plus those still queued (sent or not). It reads the acknowledged count before and after the queue
+// and retries until they agree, so a concurrent ACK cannot make the sum wrong.
+func written(fd int) (uint64, error) {
+	for {
+		i1, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			return 0, fmt.Errorf("TCP_INFO: %w", err)
+		}
+		q, err := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
+		if err != nil {
+			return 0, fmt.Errorf("SIOCOUTQ: %w", err)
+		}
+		i2, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			return 0, fmt.Errorf("TCP_INFO: %w", err)
+		}
+		if i1.Bytes_acked == i2.Bytes_acked {
+			return i1.Bytes_acked + uint64(q), nil
+		}
+	}
+}
+
+// finReceived reports whether the socket's peer has ended its stream: poll(2) without waiting shows
+// the receive side shut (POLLRDHUP) without touching a byte.
+func finReceived(fd int) (bool, error) {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		_, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("kernel relay: poll: %w", err)
+		}
+		return fds[0].Revents&unix.POLLRDHUP != 0, nil
+	}
+}
