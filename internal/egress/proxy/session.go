@@ -3,9 +3,11 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/kernelrelay"
 )
 
 // gatewayRule is the Rule of decisions the gateway takes itself (the names disagree, an address it
@@ -258,26 +261,26 @@ func checkRequest(r *http1.Request, name string, port uint16) string {
 // in either resetting both.
 func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) {
 	c := s.client
-	type result struct {
-		n   int64
-		err error
-	}
-	// stopped is set when the gateway itself stops the upstream-to-client relay: to refuse, or to
-	// forward plain HTTP request by request instead.
+	// stopped is set when the gateway itself stops the upstream-to-client relay: to refuse, to forward
+	// plain HTTP request by request instead, or to hand the connection to the kernel.
 	var stopped atomic.Bool
-	down := make(chan result, 1)
-	go func() {
-		n, err := s.g.bufs.relay(c, up)
-		if !stopped.Load() {
-			if err == nil {
-				closeWrite(c)
-			} else {
-				reset(c)
-				s.abort()
+	down := make(chan relayResult, 1)
+	startDown := func() {
+		go func() {
+			n, err := s.g.bufs.relay(c, up)
+			acted := !stopped.Load()
+			if acted {
+				if err == nil {
+					closeWrite(c)
+				} else {
+					reset(c)
+					s.abort()
+				}
 			}
-		}
-		down <- result{n, err}
-	}()
+			down <- relayResult{n, err, acted}
+		}()
+	}
+	startDown()
 	finish := func() {
 		r := <-down
 		s.ev.BytesIn += r.n
@@ -328,23 +331,107 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		return
 	}
 
+	prefix := sn.prefix
+	if kr := s.g.cfg.KernelRelay; kr != nil {
+		var done bool
+		if done, prefix = s.kernelPass(kr, up, prefix, &stopped, down, startDown); done {
+			return
+		}
+	}
 	// Client to upstream: the sniffed bytes, then the rest.
-	n, err := up.Write(sn.prefix)
+	n, err := up.Write(prefix)
 	out := int64(n)
 	if err == nil {
 		var m int64
 		m, err = s.g.bufs.relay(up, c)
 		out += m
 	}
-	s.ev.BytesOut = out
+	s.ev.BytesOut += out
 	if err == nil {
 		closeWrite(up)
 	} else {
+		// A reset, not a FIN, on both sides: a FIN would tell the upstream that a cut stream (an
+		// upload, a request) was whole.
 		s.detail("error", "from client: "+err.Error())
+		reset(up)
 		reset(c)
 		s.abort()
 	}
 	finish()
+}
+
+// relayResult is how a relay goroutine ended; acted says whether it passed its end on itself (it does
+// not once the gateway stopped it).
+type relayResult struct {
+	n     int64
+	err   error
+	acted bool
+}
+
+// kernelPass hands a judged connection to the kernel relay: it stops the upstream-to-client relay
+// where it waits for bytes, writes the judged bytes upstream, and splices the two sockets, which
+// the kernel then relays both ways until each direction's end (passed on as a half-close) or a
+// reset (both reset). It returns done when the connection is over. Otherwise the user-space relay
+// carries on, with the upstream-to-client goroutine running again (or its end left in down) and
+// rest the bytes still to write upstream.
+func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, stopped *atomic.Bool, down chan relayResult, restart func()) (done bool, rest []byte) {
+	cc, ok1 := s.client.(*net.TCPConn)
+	uc, ok2 := up.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return false, prefix
+	}
+	stopped.Store(true)
+	_ = up.SetReadDeadline(time.Now())
+	r := <-down
+	_ = up.SetReadDeadline(time.Time{})
+	if !errors.Is(r.err, os.ErrDeadlineExceeded) {
+		// The upstream's stream ended before the handover: pass its end on as the relay would have,
+		// and leave the rest to user space.
+		if !r.acted {
+			if r.err == nil {
+				closeWrite(s.client)
+			} else {
+				reset(s.client)
+				s.abort()
+			}
+		}
+		stopped.Store(false)
+		down <- relayResult{r.n, r.err, true}
+		return false, prefix
+	}
+	s.ev.BytesIn += r.n
+	n, err := up.Write(prefix)
+	s.ev.BytesOut += int64(n)
+	if err != nil {
+		s.detail("error", "from client: "+err.Error())
+		reset(s.client)
+		s.abort()
+		return true, nil
+	}
+	p, err := kr.Splice(cc, uc)
+	if err != nil {
+		// The kernel did not take it (its maps are full, a socket is closing): relay in user space,
+		// counting what Splice moved itself.
+		if he := (*kernelrelay.HandoverError)(nil); errors.As(err, &he) {
+			s.ev.BytesOut += he.AB
+			s.ev.BytesIn += he.BA
+		}
+		s.detail("relay", "user space ("+err.Error()+")")
+		stopped.Store(false)
+		restart()
+		return false, nil
+	}
+	s.detail("relay", "kernel")
+	out, in, err := p.Wait(s.ctx)
+	s.ev.BytesOut += out
+	s.ev.BytesIn += in
+	if err != nil {
+		s.detail("error", err.Error())
+		reset(up)
+		reset(s.client)
+		s.abort()
+	}
+	return true, nil
 }
 
 func closeWrite(c net.Conn) {

@@ -136,34 +136,111 @@ type side struct {
 	cookie uint64
 	sent0  uint64 // bytes written into its stream before the handover
 	eof    bool   // its peer's FIN has been passed on to the other side
+	// user: the socket could not enter the sources map, its peer's FIN having just arrived; its last
+	// bytes stay in its own queue and Wait moves them before passing the FIN on.
+	user bool
 }
 
 // Pipe is two connections whose bytes the kernel relays to each other.
 type Pipe struct {
 	r      *Relay
 	a, b   side
+	ab, ba int64 // bytes moved by user space: before the handover, and a user side's last ones
 	events chan uint32
+	failed error // the handover's, once it cannot be undone
 }
 
 // Splice hands a and b to the kernel: from its return, what arrives on either is sent on the other,
 // in order, after whatever the caller wrote to them before. The caller must no longer read or write
 // either connection until Wait returns (it may close them, to abort). Bytes already received and not
-// read by the caller are relayed too.
+// read by the caller are relayed too, and counted. An error leaves both connections usable by the
+// caller's own relay, every byte in its place.
 func (r *Relay) Splice(a, b *net.TCPConn) (*Pipe, error) {
 	p := &Pipe{r: r, events: make(chan uint32, 4)}
-	for _, s := range []struct {
-		c  *net.TCPConn
-		to *side
-	}{{a, &p.a}, {b, &p.b}} {
-		if err := s.to.init(s.c); err != nil {
-			return nil, fmt.Errorf("kernel relay: %w", err)
+	if err := p.a.init(a); err != nil {
+		return nil, &HandoverError{Err: err}
+	}
+	if err := p.b.init(b); err != nil {
+		return nil, &HandoverError{Err: err}
+	}
+	// The verdict program sees whole segments: one the caller read in part would be relayed again
+	// from its start. Reading each side to empty first leaves only segments nobody has read.
+	var err error
+	p.ab, err = moveQueued(&p.a, &p.b)
+	if err == nil {
+		p.ba, err = moveQueued(&p.b, &p.a)
+	}
+	for _, s := range []*side{&p.a, &p.b} {
+		if err == nil {
+			s.sent0, err = written(s.fd)
 		}
 	}
-	if err := p.link(); err != nil {
-		p.unlink()
-		return nil, fmt.Errorf("kernel relay: %w", err)
+	if err == nil {
+		var linked bool
+		if linked, err = p.link(); err != nil && linked {
+			p.failed = err // Wait reports it, and the caller resets both
+			return p, nil
+		}
+		if err != nil {
+			p.unlink()
+		}
+	}
+	if err != nil {
+		return nil, &HandoverError{AB: p.ab, BA: p.ba, Err: err}
 	}
 	return p, nil
+}
+
+// HandoverError is Splice's error: the connections stay the caller's, with the bytes Splice already
+// moved from a to b (AB) and from b to a (BA), for the caller to count.
+type HandoverError struct {
+	AB, BA int64
+	Err    error
+}
+
+func (e *HandoverError) Error() string { return "kernel relay: " + e.Err.Error() }
+func (e *HandoverError) Unwrap() error { return e.Err }
+
+// maxQueuedMove bounds the bytes Splice moves itself before the handover; a side that keeps more
+// coming is left to the caller's relay (Splice fails), which is never wrong, only slower.
+const maxQueuedMove = 4 << 20
+
+// moveQueued reads what from has received, without waiting, and writes it to to, until from has
+// nothing more or its stream ended. It returns the bytes moved.
+func moveQueued(from, to *side) (int64, error) {
+	buf := make([]byte, 64<<10)
+	var moved int64
+	for {
+		var n int
+		var rerr error
+		if err := from.rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Read(int(fd), buf)
+				if rerr != unix.EINTR {
+					return true
+				}
+			}
+		}); err != nil {
+			return moved, err
+		}
+		switch {
+		case rerr == unix.EAGAIN:
+			return moved, nil
+		case rerr != nil:
+			return moved, rerr
+		case n == 0:
+			// The stream ended before the handover: the end is passed on once linked, as any FIN
+			// (adding the socket to the epoll set reports it at once).
+			return moved, nil
+		}
+		if _, err := to.c.Write(buf[:n]); err != nil {
+			return moved, err
+		}
+		moved += int64(n)
+		if moved > maxQueuedMove {
+			return moved, errors.New("too many bytes arriving to hand over")
+		}
+	}
 }
 
 func (s *side) init(c *net.TCPConn) error {
@@ -175,10 +252,7 @@ func (s *side) init(c *net.TCPConn) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		s.fd = int(fd)
-		if s.cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE); serr != nil {
-			return
-		}
-		s.sent0, serr = written(int(fd))
+		s.cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE)
 	}); err != nil {
 		return err
 	}
@@ -187,8 +261,9 @@ func (s *side) init(c *net.TCPConn) error {
 
 // link puts both sockets in the maps, in the order that cannot drop or reorder a segment: both as
 // targets, then the peer entries, then both as sources (the verdict runs from there), then a kick
-// that makes the verdict judge what was queued before it was attached.
-func (p *Pipe) link() error {
+// that makes the verdict judge what was queued before it was attached. linked says a's verdict ran:
+// after that the pipe cannot be given back to the caller, since bytes may be on their way to b.
+func (p *Pipe) link() (linked bool, err error) {
 	r := p.r
 	r.mu.Lock()
 	closed := r.closed
@@ -198,32 +273,47 @@ func (p *Pipe) link() error {
 	}
 	r.mu.Unlock()
 	if closed {
-		return errors.New("relay closed")
+		return false, errors.New("relay closed")
 	}
 	for _, s := range []*side{&p.a, &p.b} {
 		if err := r.targets.Update(s.cookie, uint64(s.fd), ebpf.UpdateNoExist); err != nil {
-			return fmt.Errorf("socket into the map: %w", err)
+			return false, fmt.Errorf("socket into the map: %w", err)
 		}
 	}
 	if err := r.peers.Update(p.a.cookie, peerValue{Peer: p.b.cookie}, ebpf.UpdateNoExist); err != nil {
-		return fmt.Errorf("peer entry: %w", err)
+		return false, fmt.Errorf("peer entry: %w", err)
 	}
 	if err := r.peers.Update(p.b.cookie, peerValue{Peer: p.a.cookie}, ebpf.UpdateNoExist); err != nil {
-		return fmt.Errorf("peer entry: %w", err)
+		return false, fmt.Errorf("peer entry: %w", err)
 	}
 	for _, s := range []*side{&p.a, &p.b} {
-		if err := r.sources.Update(s.cookie, uint64(s.fd), ebpf.UpdateNoExist); err != nil {
-			return fmt.Errorf("socket into the map: %w", err)
-		}
 		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLERR | unix.EPOLLHUP | unix.EPOLLET, Fd: int32(s.fd)}
 		if err := unix.EpollCtl(int(r.ep.Fd()), unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
-			return fmt.Errorf("epoll: %w", err)
-		}
-		if err := kick(s.fd); err != nil {
-			return err
+			return false, fmt.Errorf("epoll: %w", err)
 		}
 	}
-	return nil
+	// Both as sources before either is kicked: a's queued bytes, once judged, can make b's peer
+	// answer, even end b, before b is in the map (a sockmap takes only established sockets).
+	if err := r.sources.Update(p.a.cookie, uint64(p.a.fd), ebpf.UpdateNoExist); err != nil {
+		return false, fmt.Errorf("socket into the map: %w", err)
+	}
+	if err := r.sources.Update(p.b.cookie, uint64(p.b.fd), ebpf.UpdateNoExist); err != nil {
+		// Bytes arriving on a meanwhile may already be on their way to b. A b whose peer has just
+		// ended its stream keeps its last bytes in its own queue, for Wait to pass on; anything
+		// else ends the pipe.
+		if fin, ferr := finReceived(p.b.fd); ferr != nil || !fin {
+			return true, fmt.Errorf("socket into the map: %w", err)
+		}
+		p.b.user = true
+	}
+	for _, s := range []*side{&p.a, &p.b} {
+		if !s.user {
+			if err := kick(s.fd); err != nil {
+				return true, err
+			}
+		}
+	}
+	return true, nil
 }
 
 // kick makes the kernel run the socket's data-ready path now (setting SO_RCVLOWAT does, under the
@@ -265,19 +355,16 @@ func (p *Pipe) unlink() {
 // verdict program's counts, and takes the sockets out of the kernel relay.
 func (p *Pipe) Wait(ctx context.Context) (ab, ba int64, err error) {
 	defer p.unlink()
-	for !p.a.eof || !p.b.eof {
+	err = p.failed
+	for err == nil && (!p.a.eof || !p.b.eof) {
 		select {
 		case <-ctx.Done():
 			err = ctx.Err()
 		case ev := <-p.events:
 			err = p.handle(ctx, ev)
 		}
-		if err != nil {
-			break
-		}
 	}
-	ab, ba = p.count(&p.a), p.count(&p.b)
-	return ab, ba, err
+	return p.ab + p.count(&p.a), p.ba + p.count(&p.b), err
 }
 
 func (p *Pipe) count(s *side) int64 {
@@ -317,7 +404,17 @@ func (p *Pipe) handle(ctx context.Context, _ uint32) error {
 // passFIN passes from's end of stream on to to: once the verdict has judged everything before the FIN
 // and every byte it redirected is in to's send queue, to's write side is shut.
 func (p *Pipe) passFIN(ctx context.Context, from, to *side) error {
-	if err := kick(from.fd); err != nil {
+	if from.user {
+		n, err := moveQueued(from, to)
+		if from == &p.a {
+			p.ab += n
+		} else {
+			p.ba += n
+		}
+		if err != nil {
+			return fmt.Errorf("kernel relay: %w", err)
+		}
+	} else if err := kick(from.fd); err != nil {
 		return err
 	}
 	want := to.sent0 + uint64(p.count(from))
@@ -342,7 +439,9 @@ func (p *Pipe) passFIN(ctx context.Context, from, to *side) error {
 		case <-t.C:
 		}
 	}
-	if err := unix.Shutdown(to.fd, unix.SHUT_WR); err != nil {
+	// ENOTCONN: to is already closed (its peer reset it, which its own event reports, or ended
+	// both ways); there is nothing left to pass the end on to.
+	if err := unix.Shutdown(to.fd, unix.SHUT_WR); err != nil && err != unix.ENOTCONN {
 		return fmt.Errorf("kernel relay: shutdown: %w", err)
 	}
 	from.eof = true

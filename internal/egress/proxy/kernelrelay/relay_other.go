@@ -29,3 +29,12 @@ func (*Relay) Splice(a, b *net.TCPConn) (*Pipe, error) {
 func (*Pipe) Wait(context.Context) (int64, int64, error) {
 	return 0, 0, errors.New("kernel relay: needs Linux")
 }
+
+// HandoverError is Splice's error.
+type HandoverError struct {
+	AB, BA int64
+	Err    error
+}
+
+func (e *HandoverError) Error() string { return "kernel relay: " + e.Err.Error() }
+func (e *HandoverError) Unwrap() error { return e.Err }
