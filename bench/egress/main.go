@@ -31,6 +31,7 @@ func main() {
 		return
 	}
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
+	baseline := flag.String("baseline", "", "an older cordon binary, run as one more contender in the same rounds (before/after figures)")
 	sizeMiB := flag.Int("size", 1024, "download size in MiB")
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
 	concurrent := flag.Int("concurrent", 10000, "connections held open at once")
@@ -41,6 +42,11 @@ func main() {
 	want := func(t string) bool { return strings.Contains(","+*tests+",", ","+t+",") }
 	bin, err := filepath.Abs(*cordon)
 	check(err)
+	var base string
+	if *baseline != "" {
+		base, err = filepath.Abs(*baseline)
+		check(err)
+	}
 	// The gateway holds two descriptors per relayed connection; give cordon (inherited by the child)
 	// room for the concurrency test where the caller may raise its limit.
 	var lim syscall.Rlimit
@@ -125,6 +131,9 @@ func main() {
 			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}},
 			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}},
 		}...)
+		if base != "" {
+			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}})
+		}
 		speeds := make([][]float64, len(ways))
 		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's or the relay's with it
 		// The whole machine's, since a kernel relay's work runs in kernel threads (softirq, the
@@ -178,6 +187,14 @@ func main() {
 			{"cordon", func(par int) []string {
 				return []string{bin, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
+		}
+		if base != "" {
+			ways = append(ways, struct {
+				name string
+				argv func(par int) []string
+			}{"baseline", func(par int) []string {
+				return []string{base, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
+			}})
 		}
 		for _, par := range []int{1, 4} {
 			rates, lats := make([][]float64, len(ways)), make([][]float64, len(ways))

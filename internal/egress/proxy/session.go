@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
@@ -265,7 +266,9 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 	// plain HTTP request by request instead, or to hand the connection to the kernel.
 	var stopped atomic.Bool
 	down := make(chan relayResult, 1)
+	running := false // the upstream-to-client relay has started
 	startDown := func() {
+		running = true
 		go func() {
 			n, err := s.g.bufs.relay(c, up)
 			acted := !stopped.Load()
@@ -280,8 +283,17 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 			down <- relayResult{n, err, acted}
 		}()
 	}
-	startDown()
+	// A client whose first bytes are already here (an HTTP or TLS client writes them as soon as it
+	// is connected) is judged before the upstream's bytes are relayed: nothing the server could say
+	// has reached the client yet, so plain HTTP and intercepted TLS need no relay to stop. Only a
+	// silent client (a protocol where the server speaks first) gets the relay at once.
+	if !readable(c, br) {
+		startDown()
+	}
 	finish := func() {
+		if !running {
+			return
+		}
 		r := <-down
 		s.ev.BytesIn += r.n
 		if r.err != nil && !stopped.Load() && s.ev.Detail["error"] == "" {
@@ -324,9 +336,11 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		// Whatever the server said before the request went to the client as it came; from here on
 		// its bytes are read as responses.
 		stopped.Store(true)
-		_ = up.SetReadDeadline(time.Now())
-		finish()
-		_ = up.SetReadDeadline(time.Time{})
+		if running {
+			_ = up.SetReadDeadline(time.Now())
+			finish()
+			_ = up.SetReadDeadline(time.Time{})
+		}
 		s.serveHTTP(br, up, sn.req, name, port)
 		return
 	}
@@ -334,9 +348,12 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 	prefix := sn.prefix
 	if kr := s.g.cfg.KernelRelay; kr != nil {
 		var done bool
-		if done, prefix = s.kernelPass(kr, up, prefix, &stopped, down, startDown); done {
+		if done, prefix = s.kernelPass(kr, up, prefix, running, &stopped, down, startDown); done {
 			return
 		}
+	}
+	if !running {
+		startDown()
 	}
 	// Client to upstream: the sniffed bytes, then the rest.
 	n, err := up.Write(prefix)
@@ -372,18 +389,21 @@ type relayResult struct {
 // where it waits for bytes, writes the judged bytes upstream, and splices the two sockets, which
 // the kernel then relays both ways until each direction's end (passed on as a half-close) or a
 // reset (both reset). It returns done when the connection is over. Otherwise the user-space relay
-// carries on, with the upstream-to-client goroutine running again (or its end left in down) and
-// rest the bytes still to write upstream.
-func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, stopped *atomic.Bool, down chan relayResult, restart func()) (done bool, rest []byte) {
+// carries on, with the upstream-to-client goroutine running (again, or for the first time if it was
+// not running) or its end left in down, and rest the bytes still to write upstream.
+func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, running bool, stopped *atomic.Bool, down chan relayResult, restart func()) (done bool, rest []byte) {
 	cc, ok1 := s.client.(*net.TCPConn)
 	uc, ok2 := up.(*net.TCPConn)
 	if !ok1 || !ok2 {
 		return false, prefix
 	}
 	stopped.Store(true)
-	_ = up.SetReadDeadline(time.Now())
-	r := <-down
-	_ = up.SetReadDeadline(time.Time{})
+	r := relayResult{err: os.ErrDeadlineExceeded} // a relay that never ran stopped where it waited
+	if running {
+		_ = up.SetReadDeadline(time.Now())
+		r = <-down
+		_ = up.SetReadDeadline(time.Time{})
+	}
 	if !errors.Is(r.err, os.ErrDeadlineExceeded) {
 		// The upstream's stream ended before the handover: pass its end on as the relay would have,
 		// and leave the rest to user space.
@@ -421,6 +441,7 @@ func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, 
 		restart()
 		return false, nil
 	}
+
 	s.detail("relay", "kernel")
 	out, in, err := p.Wait(s.ctx)
 	s.ev.BytesOut += out
@@ -432,6 +453,34 @@ func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, 
 		s.abort()
 	}
 	return true, nil
+}
+
+// readable reports, without waiting, whether the client has sent bytes the gateway has not read:
+// already in br, or in the socket (a peek that takes nothing).
+func readable(c net.Conn, br *bufio.Reader) bool {
+	if br.Buffered() > 0 {
+		return true
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var n int
+	_ = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		for {
+			var err error
+			n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if err != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	return n > 0
 }
 
 func closeWrite(c net.Conn) {
