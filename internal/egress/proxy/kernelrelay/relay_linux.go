@@ -9,9 +9,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,9 +51,12 @@ func New() (*Relay, error) {
 		}
 	}
 	if r.targets, r.sources, r.peers, r.prog, err = load(maxEntries); err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, errors.New("kernel relay: BPF maps and programs need CAP_BPF and CAP_NET_ADMIN (root)")
+		}
 		return nil, fmt.Errorf("kernel relay: %w", err)
 	}
-	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: r.sources.FD(), Program: r.prog, Attach: ebpf.AttachSkSKBVerdict}); err != nil {
+	if err := progAttach(unix.BPF_PROG_ATTACH, r.sources, r.prog); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("kernel relay: attaching the verdict program: %w", err)
 	}
@@ -88,13 +91,24 @@ func (r *Relay) Close() error {
 	r.mu.Unlock()
 	r.ep.Close() // ends watch
 	<-r.done
-	err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: r.sources.FD(), Program: r.prog, Attach: ebpf.AttachSkSKBVerdict})
+	err := progAttach(unix.BPF_PROG_DETACH, r.sources, r.prog)
 	for _, c := range []interface{ Close() error }{r.sources, r.targets, r.peers, r.prog} {
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}
 	}
 	return err
+}
+
+// progAttach attaches (or detaches) the verdict program to the sources map with bpf(2) itself:
+// cilium/ebpf's link package would do the same, but initialises its feature probes (about 4 ms) in
+// every cordon process that links it, the sandbox's init included.
+func progAttach(cmd uintptr, m *ebpf.Map, p *ebpf.Program) error {
+	attr := struct{ target, prog, attachType, flags uint32 }{uint32(m.FD()), uint32(p.FD()), uint32(ebpf.AttachSkSKBVerdict), 0}
+	if _, _, e := unix.Syscall(unix.SYS_BPF, cmd, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr)); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // watch reads the epoll instance's events (end of stream, errors on handed-over sockets) and gives
