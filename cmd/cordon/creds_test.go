@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -285,16 +284,7 @@ func TestGitHubAppScopedPush(t *testing.T) {
 	_, key := fakegithub.GenerateKey(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		app := fakegithub.NewApp(t, fakegithub.Options{Repositories: []string{"app", "other"}, Key: key})
-		root := t.TempDir()
-		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
-		setup := exec.Command("sh", "-ec", `for r in app other; do git init -q --bare -b main acme/$r.git && git -C acme/$r.git config http.receivepack true; done
-git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../acme/app.git main && git push -q ../acme/other.git main`)
-		setup.Dir, setup.Env = root, append(os.Environ(), gitEnv...)
-		if out, err := setup.CombinedOutput(); err != nil {
-			t.Fatalf("setup: %v\n%s", err, out)
-		}
-		git := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
-			Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+		root, git := acmeRepos(t, string(backend))
 		var mu sync.Mutex
 		var seenTokens []string
 		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -106,6 +106,16 @@ var rules = []rule{
 		Why:    "a leaf: the one list of method-override headers, shared by the policy (data) and the gateway's checks",
 	},
 	{
+		From:   m("internal/gitref"),
+		Forbid: []string{m("...")},
+		Why:    "a leaf: the one reading of git's ref-name syntax, shared by the policy (branch globs) and the gateway (pushed refs)",
+	},
+	{
+		From:   m("internal/egress/gitpush"),
+		Forbid: []string{m("internal/policy/..."), m("internal/egress/intercept/..."), m("internal/audit/...")},
+		Why:    "the push parser is protocol only: the interceptor hands it bodies and rules as plain values, so it can be fuzzed and reused alone",
+	},
+	{
 		From:   m("..."),
 		Forbid: []string{m("cmd/..."), m("bench/...")},
 		Why:    "the CLI and the benchmarks are clients: the run is the library (package cordon), and nothing is built on a main package",

@@ -44,6 +44,7 @@ func examplePolicy() *Policy {
 			HTTP: []HTTPRule{{Host: "github.com", Allow: []HTTPAllow{
 				{Methods: []string{"GET", "POST"}, Paths: []string{"/acme/app.git/*", "/acme/app/*"}},
 			}}},
+			Git: []GitRule{{Host: "github.com", Repos: []string{"acme/app"}, Push: GitPush{Branches: []string{"agent/*"}}}},
 		},
 		Credentials: []Credential{
 			{
