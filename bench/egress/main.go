@@ -337,7 +337,8 @@ func cpuTime(who int) time.Duration {
 }
 
 // median of xs (which it sorts).
-// machineCPU is the busy time of all processors so far (/proc/stat: everything but idle and iowait).
+// machineCPU is the busy time of all processors so far (/proc/stat: everything but idle, iowait and
+// steal).
 func machineCPU() time.Duration {
 	b, err := os.ReadFile("/proc/stat")
 	check(err)
@@ -346,7 +347,7 @@ func machineCPU() time.Duration {
 	for i, f := range strings.Fields(line)[1:] {
 		v, err := strconv.ParseInt(f, 10, 64)
 		check(err)
-		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest times are already in user
+		if i != 3 && i != 4 && i < 7 { // not idle, iowait, steal (the hypervisor's); guest times are in user
 			busy += v
 		}
 	}
