@@ -67,7 +67,9 @@ func (a *app) cmdRun(args []string) int {
 	<-watched
 	if !ok {
 		if len(early) > 0 {
-			a.errorf("run: interrupted; the command was not started")
+			// The signal may have come as the command was being started: it did not run
+			// on, whether or not it had begun.
+			a.errorf("run: interrupted while the sandbox was starting; nothing of it is left running")
 			return exitInterrupted
 		}
 		return code
