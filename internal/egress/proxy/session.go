@@ -423,7 +423,8 @@ func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, 
 	n, err := up.Write(prefix)
 	s.ev.BytesOut += int64(n)
 	if err != nil {
-		s.detail("error", "from client: "+err.Error())
+		s.detail("error", "to upstream: "+err.Error())
+		reset(up)
 		reset(s.client)
 		s.abort()
 		return true, nil
