@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 )
 
 // peerValue is the value of the peers map: the socket cookie of the socket a socket's bytes go to,
@@ -67,7 +68,9 @@ func load(maxEntries uint32) (targets, sources, peers *ebpf.Map, prog *ebpf.Prog
 	if sources, err = sockhash("cordon_sources"); err != nil {
 		return fail("socket hash", err)
 	}
-	if peers, err = ebpf.NewMap(&ebpf.MapSpec{Name: "cordon_peers", Type: ebpf.Hash, KeySize: 8, ValueSize: 16, MaxEntries: maxEntries}); err != nil {
+	// Entries allocated as sockets are handed over, not all up front (a preallocated map of this size
+	// would pin several MiB of kernel memory for each gateway).
+	if peers, err = ebpf.NewMap(&ebpf.MapSpec{Name: "cordon_peers", Type: ebpf.Hash, KeySize: 8, ValueSize: 16, MaxEntries: maxEntries, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
 		return fail("peer map", err)
 	}
 	prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
