@@ -37,6 +37,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*
 	}
 	specs := make([]creds.Spec, 0, len(pol.Credentials))
 	for _, c := range pol.Credentials {
+		if c.From.SSHAgent != nil {
+			continue // not a value: the sandbox's agent socket (./sshagent.go)
+		}
 		sp := creds.Spec{Name: c.Name, Inject: creds.Inject{
 			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body, Ranges: c.Inject.Ranges,
 		}}
@@ -73,6 +76,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*
 			}
 		}
 		specs = append(specs, sp)
+	}
+	if len(specs) == 0 {
+		return nil, nil
 	}
 	set, err := creds.Prepare(ctx, specs)
 	if err != nil {

@@ -104,7 +104,7 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, keep bool,
 		return nil, exitCordon, false
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
-		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep,
+		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep, Publish: rf.publish,
 		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
 		StateDir:  a.store().Dir,
 		OnWarning: a.printWarning,
