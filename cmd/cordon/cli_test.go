@@ -174,7 +174,7 @@ func TestDoctor(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("doctor failed on a host where cordon works:\n%s", r)
 		}
-		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "sandbox", "nftables", "tier native", "tier gvisor"} {
+		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "kernel relay", "sandbox", "nftables", "tier native", "tier gvisor"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("doctor does not report %s:\n%s", want, r.stdout)
 			}
