@@ -20,8 +20,10 @@ import (
 //   - overlay2=none: writes reach the host's mounts (the workspace overlay's upper layer that diff
 //     and apply read), not a memory layer of gVisor's;
 //   - host-uds=open: unix sockets the policy mounts can be connected to, as in the native box;
-//   - ignore-cgroups: the run's cgroup is made and kept on the host side, with init in it.
-var Flags = []string{"--platform=systrap", "--network=host", "--overlay2=none", "--host-uds=open", "--ignore-cgroups"}
+//   - ignore-cgroups: the run's cgroup is made and kept on the host side, with init in it;
+//   - oci-seccomp: runsc installs the spec's linux.seccomp (Seccomp, the native box's filter) for
+//     the command; without it runsc ignores the filter with a warning.
+var Flags = []string{"--platform=systrap", "--network=host", "--overlay2=none", "--host-uds=open", "--ignore-cgroups", "--oci-seccomp"}
 
 // ErrNeedsRoot says that the tier cannot run for this caller: runsc must be root in the box's user
 // namespace while the agent's uid owns the workspace there, two ids that a user namespace made

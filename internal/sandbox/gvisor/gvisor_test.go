@@ -12,6 +12,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
 )
 
 func TestVersionDate(t *testing.T) {
@@ -87,8 +88,9 @@ func TestFind(t *testing.T) {
 	}
 }
 
-// TestConfig: the OCI spec carries the command behind the guest shim, the user without
-// capabilities, the limits, and binds for policy mounts, masks and read-only paths.
+// TestConfig: the OCI spec carries the command itself, the user without capabilities, the native
+// box's seccomp filter (for the policy's nesting choice), the limits, and binds for policy mounts,
+// masks and read-only paths.
 func TestConfig(t *testing.T) {
 	spec := &sandbox.Spec{
 		Args: []string{"sh", "-c", "true"}, Env: []string{"PATH=/usr/bin"}, Dir: "/w", Hostname: "box",
@@ -98,7 +100,7 @@ func TestConfig(t *testing.T) {
 		ReadOnly:  []string{"/w/.git/hooks", "/w/.git/config"},
 		Limits:    sandbox.Limits{OpenFiles: 1024},
 	}
-	rs := &linux.RuntimeSpec{Spec: spec, Args: []string{"/etc/cordon/guest-exec", "default", "--", "sh", "-c", "true"},
+	rs := &linux.RuntimeSpec{Spec: spec, Args: []string{"sh", "-c", "true"},
 		User: sandbox.User{UID: 1000, GID: 1000, Name: "u", Home: "/home/u"}, Root: "/newroot", Nproc: 64}
 	b, err := Config(rs)
 	if err != nil {
@@ -138,6 +140,23 @@ func TestConfig(t *testing.T) {
 		if ns.Type == "network" || ns.Type == "user" {
 			t.Errorf("the spec asks for a %s namespace: runsc must stay in the box's", ns.Type)
 		}
+	}
+	filter, err := Seccomp(seccomp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Linux.Seccomp == nil {
+		t.Fatal("the spec has no seccomp filter")
+	}
+	if !reflect.DeepEqual(*got.Linux.Seccomp, *filter) {
+		t.Errorf("the spec's seccomp is not the native filter's rendering: %d entries, want %d", len(got.Linux.Seccomp.Syscalls), len(filter.Syscalls))
+	}
+	spec.AllowNesting = true
+	if b, err = Config(rs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"clone3"`) {
+		t.Error("with nesting allowed, the spec still refuses clone3")
 	}
 	if _, err := Config(&linux.RuntimeSpec{Spec: &sandbox.Spec{}}); err == nil {
 		t.Error("Config without a command succeeded")

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
 )
 
 // The OCI runtime spec, as far as cordon fills it in (the field names are the specification's).
@@ -61,6 +62,7 @@ type (
 	}
 	ociLinux struct {
 		Namespaces []ociNamespace `json:"namespaces"`
+		Seccomp    *ociSeccomp    `json:"seccomp"`
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
@@ -74,12 +76,17 @@ type (
 // mount points too: the host kernel refuses a rename onto or of a mount point only to a caller in
 // the mount's namespace, which gVisor's Sentry is not. /proc, /sys, /dev and /dev/pts are gVisor's
 // own, /dev/shm a tmpfs of its own as in the native box. The command runs as the sandbox user with
-// no capabilities and no_new_privs, with the environment, directory and host name of the spec. No
+// no capabilities and no_new_privs, under the native box's seccomp filter (Seccomp; runsc installs
+// it with --oci-seccomp), with the environment, directory and host name of the spec. No
 // network namespace is named: runsc, with --network=host, stays in init's, which is the gateway's.
 func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 	spec := rs.Spec
 	if len(rs.Args) == 0 {
 		return nil, errors.New("no command")
+	}
+	filter, err := Seccomp(seccomp.Options{AllowNesting: spec.AllowNesting})
+	if err != nil {
+		return nil, err
 	}
 	none := []string{}
 	s := ociSpec{
@@ -100,7 +107,7 @@ func Config(rs *linux.RuntimeSpec) ([]byte, error) {
 		Mounts: []ociMount{
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		},
-		Linux: ociLinux{Namespaces: []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}},
+		Linux: ociLinux{Namespaces: []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}, Seccomp: filter},
 	}
 	s.Mounts = append(s.Mounts, binds(rs)...)
 	if s.Process.Cwd == "" {

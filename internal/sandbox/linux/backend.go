@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -149,10 +148,6 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	etc, err := etcEntries(spec, l.ls.User)
 	if err != nil {
 		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
-	}
-	if l.b.Runtime != nil {
-		// The guest shim's mount point, made before /etc is sealed (see GuestExecArg0).
-		etc = append(etc, etcEntry{Name: strings.TrimPrefix(GuestExecArg0, "/etc/"), Kind: "mountpoint", Target: "file"})
 	}
 	cfg := &initConfig{Spec: *spec, User: l.ls.User, TTY: l.ls.TTY, TTYRows: l.ls.TTYRows, TTYCols: l.ls.TTYCols,
 		Etc: etc, LandlockABI: LandlockABI()}
@@ -347,19 +342,17 @@ func (l *launched) clone() error {
 	}
 	if l.b.Runtime != nil {
 		if len(files) == publishFD {
-			files = append(files, ^uintptr(0)) // publishFD stays closed: runtimeFD and guestFD follow it
+			files = append(files, ^uintptr(0)) // publishFD stays closed: runtimeFD follows it
 		}
-		// Opened here, on the host: init cannot look them up (see Runtime.Path).
-		rfs, err := openRuntimeFiles(l.b.Runtime, l.exe)
+		// Opened here, on the host: init cannot look it up (see Runtime.Path).
+		rf, err := openRuntimeFile(l.b.Runtime)
 		if err != nil {
 			cfgW.Close()
 			statR.Close()
 			return &sandbox.SetupError{Step: "opening the runtime", Err: err}
 		}
-		defer closeAll(rfs)
-		for _, f := range rfs {
-			files = append(files, f.Fd())
-		}
+		defer rf.Close()
+		files = append(files, rf.Fd())
 	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{

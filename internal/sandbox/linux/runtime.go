@@ -37,8 +37,8 @@ type Runtime struct {
 // RuntimeSpec is what Runtime.Config is given: the box's spec, and what init resolved for it.
 type RuntimeSpec struct {
 	Spec *sandbox.Spec
-	// Args is the command line the runtime starts: cordon's guest shim (GuestExecArg0), which
-	// installs the native box's seccomp filter, and then Spec.Args.
+	// Args is the command line the runtime starts: Spec.Args itself. The runtime installs the
+	// native box's seccomp filter for it from its Config (no shim of cordon's runs inside).
 	Args []string
 	User sandbox.User
 	// Root is the root init built, as the runtime sees it (inside init's mount namespace).
@@ -69,12 +69,9 @@ const (
 	runtimeID = "cordon"
 )
 
-// The descriptors of the runtime's binary and of cordon's own in init (after the config pipe, the
-// status socket and publishFD): detached mounts of the files, made by cordon on the host (open_tree).
-const (
-	runtimeFD = publishFD + 1
-	guestFD   = publishFD + 2
-)
+// runtimeFD is the descriptor of the runtime's binary in init (after the config pipe, the status
+// socket and publishFD): a detached mount of the file, made by cordon on the host (open_tree).
+const runtimeFD = publishFD + 1
 
 // runtimeConfig is the part of the config message that a Runtime adds.
 type runtimeConfig struct {
@@ -100,7 +97,7 @@ func runtimeIDMappings(u sandbox.User, ids, base hostIDs) (uidMap, gidMap []sysc
 // runtimeConfigFor builds the config message's runtime part on the host.
 func (l *launched) runtimeConfigFor(spec *sandbox.Spec, cfg *initConfig) (*runtimeConfig, error) {
 	rt := l.b.Runtime
-	rs := &RuntimeSpec{Spec: spec, Args: guestArgs(spec.Args, spec.AllowNesting), User: l.ls.User, Root: RuntimeRoot, TTY: l.ls.TTY, Data: cfg.RlimitData}
+	rs := &RuntimeSpec{Spec: spec, Args: spec.Args, User: l.ls.User, Root: RuntimeRoot, TTY: l.ls.TTY, Data: cfg.RlimitData}
 	if spec.Limits.Pids > 0 {
 		// Inside the runtime's kernel the command is the only process of its uid: RLIMIT_NPROC
 		// there counts what the pids cgroup counts natively (gVisor enforces it per uid, threads
@@ -153,13 +150,6 @@ func prepareRuntime(rc *runtimeConfig) error {
 				return err
 			}
 			return os.WriteFile(filepath.Join(runtimeDir, "config.json"), config, 0o600)
-		}},
-		{"showing cordon's guest shim", func() error {
-			dst := inRoot(GuestExecArg0)
-			if err := unix.MoveMount(guestFD, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-				return err
-			}
-			return unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
 		}},
 		{"showing the runtime's binary", func() error {
 			if !filepath.IsAbs(rc.Path) {
@@ -366,19 +356,14 @@ func firstError(log string) string {
 	return ""
 }
 
-// openRuntimeFiles opens, on the host, what init shows of the host under a Runtime: the runtime's
-// binary and cordon's own (exe), each as a detached mount of the one file.
-func openRuntimeFiles(rt *Runtime, exe string) ([]*os.File, error) {
-	var files []*os.File
-	for _, p := range []string{rt.Path, exe} {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("open_tree %s: %w", p, err)
-		}
-		files = append(files, os.NewFile(uintptr(fd), p))
+// openRuntimeFile opens, on the host, what init shows of the host under a Runtime: the runtime's
+// binary, as a detached mount of the one file.
+func openRuntimeFile(rt *Runtime) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, rt.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree %s: %w", rt.Path, err)
 	}
-	return files, nil
+	return os.NewFile(uintptr(fd), rt.Path), nil
 }
 
 // existingBinds drops from an OCI config the bind mounts whose source, a path of the built root,
