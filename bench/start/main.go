@@ -81,6 +81,10 @@ func main() {
 		cs = append(cs, &contender{name: "runsc do true", argv: []string{rs, "--root", runscRoot, "--platform=systrap", "--network=none", "--ignore-cgroups", "do", "true"}},
 			&contender{name: "cordon run --isolation gvisor", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--", "true"}},
 			&contender{name: "cordon gvisor --allow", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--allow", "example.test", "--", "true"}})
+		if *baseline != "" {
+			old, _ := filepath.Abs(*baseline)
+			cs = append(cs, &contender{name: "baseline --isolation gvisor", argv: []string{old, "run", "--isolation", "gvisor", "--workspace", project, "--", "true"}})
+		}
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		cs = append(cs, &contender{name: "bwrap --unshare-all true", argv: []string{bwrap, "--unshare-all", "--die-with-parent",
@@ -141,6 +145,8 @@ func main() {
 	ratio("cordon run --isolation gvisor", "runsc do true", "  target <= 1.3x (issue 18)")
 	ratio("cordon gvisor --allow", "runsc do true", "  with the gateway")
 	ratio("cordon run --isolation gvisor", "cordon run -- true", "  the gVisor tier against the native one")
+	ratio("cordon run --isolation gvisor", "baseline --isolation gvisor", "  against the baseline build")
+	ratio("baseline --isolation gvisor", "runsc do true", "  the baseline build's tier")
 
 	// cordon's own memory: peak RSS of the cordon process and of its init while a run is in progress.
 	peakRSS(bin, env, project, []string{"run", "--workspace", project, "--", "sleep", "1"}, "its init (pid 1 inside)")

@@ -62,42 +62,32 @@ const (
 //     let it run, PTRACE_SETOPTIONS with PTRACE_O_TRACESECCOMP is refused (PTRACE_SEIZE, the other
 //     way to set it, already is).
 //
-// A condition "none of" is expressed as the aligned blocks of values that make up its complement,
-// each one MASKED_EQ, and a rule with several conditions as one OCI entry per combination (runsc ORs
-// comparisons of one argument within an entry and ANDs those of different arguments). Rules for one
-// call must agree on the OCI action, so that the order runsc tries entries in cannot change a verdict;
-// a table that breaks this, or has two conditions on one argument, is an error, never a weaker filter.
+// The rules for one call must agree on the OCI action (a table that breaks this is an error, never
+// a weaker filter), so a call's verdict is that action when any of its rules holds. runsc tries
+// entries in order, the first that holds deciding, and comparisons of one argument within an entry
+// are ORed, those of different arguments ANDed; so a rule with several conditions is one entry per
+// combination of their values, and a condition "none of" (arg not in V), which no entry can say,
+// is said by order: entries allowing the rule's other conditions with arg in V, then one refusing
+// the other conditions. That is exact only where no rule emitted later could hold for what those
+// entries allow, which render checks (the rule it renders so must contradict every rule still to
+// come); where none can be placed so, a "none of" becomes the aligned blocks of values that make
+// up its complement, each one MASKED_EQ (up to 32 entries per value).
 func Seccomp(opts seccomp.Options) (*ociSeccomp, error) {
 	rules := seccomp.Rules(opts)
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("seccomp: no syscall table for this architecture")
 	}
-	out := &ociSeccomp{DefaultAction: ociAllow}
-	actions := map[string]string{}
-	traced := false
-	add := func(r seccomp.Rule) error {
-		act, err := ociAction(r.Action)
-		if err != nil {
-			return fmt.Errorf("seccomp: %s: %w", r, err)
-		}
-		if prev, ok := actions[r.Syscall]; ok && prev != act {
-			return fmt.Errorf("seccomp: %s: %s here but %s in an earlier rule: the OCI filter's order would decide", r, act, prev)
-		}
-		actions[r.Syscall] = act
-		traced = traced || act == ociTrace
-		terms, err := dnf(r.When)
-		if err != nil {
-			return fmt.Errorf("seccomp: %s: %w", r, err)
-		}
-		for _, args := range terms {
-			out.Syscalls = append(out.Syscalls, ociSyscall{Names: []string{r.Syscall}, Action: act, Args: args})
-		}
-		return nil
-	}
+	var order []string
+	groups := map[string][]seccomp.Rule{}
 	for _, r := range rules {
-		if err := add(r); err != nil {
-			return nil, err
+		if _, ok := groups[r.Syscall]; !ok {
+			order = append(order, r.Syscall)
 		}
+		groups[r.Syscall] = append(groups[r.Syscall], r)
+	}
+	traced := false
+	for _, r := range rules {
+		traced = traced || r.Action == seccomp.ActENOSYS
 	}
 	if traced {
 		guard := seccomp.Rule{Syscall: "ptrace", Nr: unix.SYS_PTRACE, Action: seccomp.ActEPERM,
@@ -106,11 +96,160 @@ func Seccomp(opts seccomp.Options) (*ociSeccomp, error) {
 				{Arg: 0, Mask: 0xffffffff, Op: seccomp.OneOf, Values: []seccomp.Const{{Name: "PTRACE_SETOPTIONS", Value: unix.PTRACE_SETOPTIONS}}},
 				{Arg: 3, Mask: ptraceOTraceSeccomp, Op: seccomp.OneOf, Values: []seccomp.Const{{Name: "PTRACE_O_TRACESECCOMP", Value: ptraceOTraceSeccomp}}},
 			}}
-		if err := add(guard); err != nil {
-			return nil, err
+		if _, ok := groups["ptrace"]; !ok {
+			order = append(order, "ptrace")
+		}
+		groups["ptrace"] = append(groups["ptrace"], guard)
+	}
+	// A call refused outright shares one entry with every other call refused so with the same
+	// action: runsc builds a rule set per entry, and fewer make its program quicker to build.
+	out := &ociSeccomp{DefaultAction: ociAllow}
+	whole := map[string]int{}
+	var rest []ociSyscall
+	for _, name := range order {
+		entries, err := render(groups[name])
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: %s: %w", name, err)
+		}
+		if len(entries) != 1 || len(entries[0].Args) > 0 {
+			rest = append(rest, entries...)
+			continue
+		}
+		e := entries[0]
+		if i, ok := whole[e.Action]; ok {
+			out.Syscalls[i].Names = append(out.Syscalls[i].Names, e.Names...)
+			continue
+		}
+		whole[e.Action] = len(out.Syscalls)
+		out.Syscalls = append(out.Syscalls, e)
+	}
+	out.Syscalls = append(out.Syscalls, rest...)
+	return out, nil
+}
+
+// render turns the rules of one call into OCI entries, in the order runsc must try them.
+func render(rules []seccomp.Rule) ([]ociSyscall, error) {
+	act, err := ociAction(rules[0].Action)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rules[0], err)
+	}
+	var out []ociSyscall
+	emit := func(action string, conds []seccomp.Cond) error {
+		terms, err := dnf(conds)
+		if err != nil {
+			return err
+		}
+		for _, args := range terms {
+			out = append(out, ociSyscall{Names: []string{rules[0].Syscall}, Action: action, Args: args})
+		}
+		return nil
+	}
+	// Rules without "none of" first: any of them holding decides, whatever follows.
+	var pending []seccomp.Rule
+	for _, r := range rules {
+		if a, err := ociAction(r.Action); err != nil || a != act {
+			return nil, fmt.Errorf("%s: its action (%v) differs from an earlier rule's (%s): the OCI filter's order would decide", r, r.Action, act)
+		}
+		if noneOf(r) < 0 {
+			if err := emit(act, r.When); err != nil {
+				return nil, fmt.Errorf("%s: %w", r, err)
+			}
+		} else {
+			pending = append(pending, r)
+		}
+	}
+	for len(pending) > 0 {
+		i := slices.IndexFunc(pending, func(r seccomp.Rule) bool { return allowsSafely(r, pending) })
+		if i < 0 {
+			// No rule can be said by order: the first becomes refusals of its complement's blocks.
+			if err := emit(act, pending[0].When); err != nil {
+				return nil, fmt.Errorf("%s: %w", pending[0], err)
+			}
+			pending = pending[1:]
+			continue
+		}
+		r := pending[i]
+		pending = slices.Delete(pending, i, i+1)
+		n := noneOf(r)
+		c := r.When[n]
+		allow := slices.Clone(r.When)
+		allow[n] = seccomp.Cond{Arg: c.Arg, Mask: c.Mask, Op: seccomp.OneOf, Values: c.Values}
+		rest := slices.Delete(slices.Clone(r.When), n, n+1)
+		if err := emit(ociAllow, allow); err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
+		}
+		if err := emit(act, rest); err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
 		}
 	}
 	return out, nil
+}
+
+// noneOf is the index of r's one "none of" condition, or -1; a rule with two is rendered whole as
+// blocks (allowsSafely refuses it).
+func noneOf(r seccomp.Rule) int {
+	return slices.IndexFunc(r.When, func(c seccomp.Cond) bool { return c.Op == seccomp.NoneOf })
+}
+
+// allowsSafely reports whether r's "none of" may be said by order: every call its allowing entries
+// let through (its other conditions, with the argument one of the values) must be one that every
+// other rule in pending refuses to hold for, through a condition on the same argument and mask that
+// the value contradicts.
+func allowsSafely(r seccomp.Rule, pending []seccomp.Rule) bool {
+	n := noneOf(r)
+	if n < 0 || slices.IndexFunc(r.When[n+1:], func(c seccomp.Cond) bool { return c.Op == seccomp.NoneOf }) >= 0 {
+		return false
+	}
+	c := r.When[n]
+	for _, o := range pending {
+		if o.Reason == r.Reason && slices.EqualFunc(o.When, r.When, func(a, b seccomp.Cond) bool { return a.String() == b.String() }) {
+			continue // r itself
+		}
+		for _, v := range c.Values {
+			if !contradicts(o, r.When, n, v.Value) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// contradicts reports whether rule o cannot hold for a call meeting conds with conds[n]'s argument
+// (masked) equal to v: o has a condition on an argument and mask that conds fix to values o's
+// condition excludes.
+func contradicts(o seccomp.Rule, conds []seccomp.Cond, n int, v uint32) bool {
+	fixed := func(arg int, mask uint32) ([]uint32, bool) {
+		if conds[n].Arg == arg && conds[n].Mask == mask {
+			return []uint32{v}, true
+		}
+		for i, c := range conds {
+			if i != n && c.Arg == arg && c.Mask == mask && c.Op == seccomp.OneOf {
+				var vs []uint32
+				for _, k := range c.Values {
+					vs = append(vs, k.Value)
+				}
+				return vs, true
+			}
+		}
+		return nil, false
+	}
+	for _, oc := range o.When {
+		vs, ok := fixed(oc.Arg, oc.Mask)
+		if !ok {
+			continue
+		}
+		excluded := true
+		for _, x := range vs {
+			in := slices.ContainsFunc(oc.Values, func(k seccomp.Const) bool { return k.Value == x })
+			if in == (oc.Op == seccomp.OneOf) {
+				excluded = false
+			}
+		}
+		if excluded {
+			return true
+		}
+	}
+	return false
 }
 
 // ociAction is the OCI action runsc gives for a verdict of cordon's table.

@@ -209,3 +209,37 @@ func TestSeccompRefusesWhatItCannotRender(t *testing.T) {
 		t.Error("a masked none-of rendered")
 	}
 }
+
+// TestSeccompRenderFallback: two "none of" rules that order cannot say (each allows what the other
+// refuses) are rendered with the complement's blocks, and still decide as the table does.
+func TestSeccompRenderFallback(t *testing.T) {
+	none := func(vs ...uint32) seccomp.Cond {
+		c := seccomp.Cond{Arg: 0, Mask: 0xffffffff, Op: seccomp.NoneOf}
+		for _, v := range vs {
+			c.Values = append(c.Values, seccomp.Const{Name: "v", Value: v})
+		}
+		return c
+	}
+	rules := []seccomp.Rule{
+		{Syscall: "personality", Action: seccomp.ActEPERM, Reason: "a", When: []seccomp.Cond{none(1, 2)}},
+		{Syscall: "personality", Action: seccomp.ActEPERM, Reason: "b", When: []seccomp.Cond{none(2, 3)}},
+	}
+	entries, err := render(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &ociSeccomp{DefaultAction: ociAllow, Syscalls: entries}
+	for _, x := range []uint64{0, 1, 2, 3, 4, 2 | 1<<32, 0xffffffff, ^uint64(0)} {
+		args := [6]uint64{x}
+		want := ociAllow
+		if tableVerdict(rules, "personality", args) != seccomp.ActAllow {
+			want = ociErrno
+		}
+		if got := ociVerdict(s, "personality", args); got != want {
+			t.Errorf("personality(%#x): %s, want %s", x, got, want)
+		}
+	}
+	if _, err := render([]seccomp.Rule{rules[0], {Syscall: "personality", Action: seccomp.ActENOSYS, Reason: "c"}}); err == nil {
+		t.Error("rules of one call with different actions rendered")
+	}
+}
