@@ -185,7 +185,7 @@ func TestParseErrors(t *testing.T) {
 		{"no version", "env: {}\n", `1:1: version is required (add "version: 1" at the top)`},
 		{"version 2", "version: 2\nfuture: x\n", "1:10: version: 2 is not supported (this cordon reads version 1)"},
 		{"version string", "version: one\n", `1:10: version: expected an integer, got "one"`},
-		{"unknown top", "version: 1\nnetwrok: {}\n", "2:1: netwrok: unknown field (expected one of version, filesystem, env, limits, sandbox, network, credentials, budgets)"},
+		{"unknown top", "version: 1\nnetwrok: {}\n", "2:1: netwrok: unknown field (expected one of version, filesystem, env, limits, sandbox, network, credentials, budgets, services)"},
 		{"duplicate top", "version: 1\nenv: {}\nenv: {}\n", "3:1: env: duplicate key (first at line 2)"},
 		{"non-string key", "version: 1\n1: x\n", `2:1: expected a string key, got "1"`},
 

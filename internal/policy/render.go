@@ -44,6 +44,7 @@ type docPolicy struct {
 	Network     *docNetwork     `yaml:"network,omitempty"`
 	Credentials []docCredential `yaml:"credentials,omitempty"`
 	Budgets     []docBudget     `yaml:"budgets,omitempty"`
+	Services    *yaml.Node      `yaml:"services,omitempty"`
 }
 
 type docFilesystem struct {
@@ -251,6 +252,7 @@ func (p *Policy) doc() docPolicy {
 		d.Credentials = append(d.Credentials, dc)
 	}
 	d.Budgets = docBudgets(p.Budgets)
+	d.Services = docServices(p.Services)
 	return d
 }
 
