@@ -30,6 +30,9 @@ type Config struct {
 	// StateDir is where runs are kept; empty means cordon's default for the caller
 	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
 	StateDir string
+	// KeepServices keeps the run's fixture servers (policy services) running after the command
+	// ended, for a look from the host (Run.Services names how to connect), until Run.StopServices.
+	KeepServices bool
 	// Keep keeps a run that changed nothing, which is otherwise removed as it ends: there is nothing
 	// to apply (see Exit.Kept for the runs kept all the same).
 	Keep bool

@@ -52,6 +52,9 @@ const (
 	EventHTTP = EventKind(audit.KindHTTP)
 	// EventAudit is the log's own record: what it suppressed at its size limit.
 	EventAudit = EventKind(audit.KindAudit)
+	// EventService is a step of a fixture service (policy services): started, a fixture applied,
+	// removed; Detail["action"] says which.
+	EventService = EventKind(audit.KindService)
 )
 
 // Decision is an Event's verdict.

@@ -23,6 +23,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/services"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
@@ -70,6 +71,11 @@ type Run struct {
 	closeNull func()
 	timeout   time.Duration
 	keep      bool
+
+	// services are the run's fixture servers, stopped by Wait unless keepServices.
+	svcMu        sync.Mutex
+	services     *services.Set
+	keepServices bool
 
 	// over is set once the box has ended: Signal and Kill then do nothing.
 	over atomic.Bool
@@ -143,6 +149,10 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
+	pol = withServiceNetwork(pol)
+	if err := sweepServices(b.store.Root); err != nil {
+		b.warn.degraded(err.Error())
+	}
 	if pol.Source != policy.BuiltinSource && pol.Source != "" {
 		// Nothing inside the agent's reach is ever read as configuration (the cordon command checks
 		// this before reading the file too).
@@ -192,6 +202,15 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, err
 	}
 	spec.RunName = "cordon-" + rec.Meta.ID
+	// Fixture services start now, outside the box, seeded before the command exists; a fixture that
+	// fails stops the start.
+	svcLog := &serviceLog{}
+	svc, err := b.startServices(ctx, pol, project, rec.Meta.ID, svcLog)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { svc.Stop() })
+	spec.Env = append(spec.Env, serviceEnv(pol, svc)...)
 	var gw *gateway.Gateway
 	ledger, err := budgetLedger(pol, b.store.Root, rec.Meta.ID)
 	if err != nil {
@@ -205,6 +224,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 			Network: pol.Network, Presets: presets.Source{Env: env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
 			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, Budgets: ledger,
+			Services: gatewayServices(svc),
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
@@ -214,6 +234,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 			return nil, err
 		}
 		c.Add(func() { gw.Close() })
+		svcLog.attach(gw)
 		spec.ResolvConf = gateway.ResolvConf()
 		spec.Env = append(spec.Env, gw.Env()...)
 		spec.TrustCA = gw.TrustCA()
@@ -243,7 +264,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger,
+		keep: cfg.Keep, budgets: ledger, services: svc, keepServices: cfg.KeepServices,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -340,6 +361,12 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	}
 	if err := <-r.synced; err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
+	}
+	// The services go with the box (their removal still in the audit log), unless kept.
+	if !r.keepServices {
+		if err := r.StopServices(); err != nil {
+			r.b.warn.degraded(err.Error())
+		}
 	}
 	if r.gw != nil {
 		sum, err := r.gw.Close()

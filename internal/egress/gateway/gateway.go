@@ -73,6 +73,8 @@ type Config struct {
 	// Budgets bound and meter the requests to the hosts they name (policy budgets), which must be
 	// intercepted; nil meters nothing.
 	Budgets *budget.Ledger
+	// Services are the run's fixture servers (policy services), reached at their unix sockets.
+	Services []Service
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -98,10 +100,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Network == nil {
 		return nil, errors.New("gateway: no network policy")
 	}
-	matcher, err := cfg.Network.Matcher(cfg.Presets)
+	netMatcher, err := cfg.Network.Matcher(cfg.Presets)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: network policy: %w", err)
 	}
+	matcher := newWithServices(netMatcher, cfg.Services)
 	mapper, err := names.New()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -143,7 +146,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{log: log}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
-		OrigDst: origdst.Of, Notify: notices.refusedConn,
+		OrigDst: origdst.Of, Notify: notices.refusedConn, Services: matcher.socket,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices); err == nil {
@@ -249,6 +252,10 @@ func (g *Gateway) serve(fn func() error) {
 		}
 	}()
 }
+
+// Record writes an event the gateway did not decide itself (a fixture service started or removed)
+// to the run's audit log.
+func (g *Gateway) Record(e audit.Event) { g.log.Record(e) }
 
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
 func ResolvConf() string {

@@ -81,6 +81,9 @@ type Config struct {
 	LocalAddrs func() ([]netip.Addr, error)
 	// Intercept, if set, takes the connections to the hosts it wants, once they are judged and allowed.
 	Intercept Interceptor
+	// Services, if set, names the run's fixture services: a name and port it knows is dialled at
+	// the unix socket it returns (a server cordon started outside the sandbox), never resolved.
+	Services func(name string, port uint16) (socket string, ok bool)
 	// SniffTimeout, HeaderTimeout and DialTimeout override the defaults above.
 	SniffTimeout, HeaderTimeout, DialTimeout time.Duration
 }

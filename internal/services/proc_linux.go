@@ -1,0 +1,35 @@
+package services
+
+import (
+	"os"
+	"syscall"
+)
+
+// insideID is the id a server has inside its user namespace: "nobody", which has an account on
+// every Debian-like system, so that initdb (which looks its user up) works for an id that has none on
+// the host.
+const insideID = 65534
+
+// sysProcAttr puts a server or client in a user namespace of its own, in which the servers' host id
+// (ids, or the caller's own) is insideID and nothing else is mapped: no capability it holds there
+// reaches anything of the host. Its own network namespace holds nothing but a loopback that is down,
+// so it can open no TCP port any host process could find (a unix socket bound to a path still works:
+// that is the file system's); its own IPC namespace keeps one run's shared memory from another's. The
+// kernel kills it when cordon dies (Pdeathsig: cordon's threads never exit while it runs).
+func sysProcAttr(ids IDs, server bool) (*syscall.SysProcAttr, error) {
+	uid, gid := os.Getuid(), os.Getgid()
+	if ids.Switch {
+		uid, gid = ids.UID, ids.GID
+	}
+	attr := &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: insideID, HostID: uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: insideID, HostID: gid, Size: 1}},
+		Credential:  &syscall.Credential{Uid: insideID, Gid: insideID, NoSetGroups: true},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if server {
+		attr.Setpgid = true // a Ctrl-C at the terminal is cordon's to handle, not the server's
+	}
+	return attr, nil
+}

@@ -1,0 +1,188 @@
+package cordon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/services"
+)
+
+// serviceRangeID is the id of cordon's reserved range (see the sandbox's id maps) that fixture
+// servers run as when cordon runs as root; the agent is 1000 of the same range, so the two never
+// share an id.
+const serviceRangeID = 65000
+
+// rootServiceRuntime is where running fixture servers keep their data and sockets when cordon runs
+// as root. It is not below cordon's state (/var/lib/cordon, 0700 root), which the servers' id could
+// not pass through; a directory per run below it is 0711 root, the server's own 0700.
+const rootServiceRuntime = "/run/cordon/services"
+
+// Service is a fixture server of the run (policy services), started before the command and
+// destroyed with the run.
+type Service struct {
+	// Name is the policy's service name; the command reaches it as Name.cordon.internal.
+	Name string
+	// Kind is "postgres" or "redis"; Version is the server's.
+	Kind, Version string
+	// URL is the connection string the command gets, with the run's own password.
+	URL string
+	// HostHint is a command that connects to the server from the host, while it runs.
+	HostHint string
+}
+
+// serviceRuntime is the directory below which a caller's runs keep their servers' data.
+func serviceRuntime(storeRoot string) string {
+	if os.Getuid() == 0 {
+		return rootServiceRuntime
+	}
+	return filepath.Join(storeRoot, "services")
+}
+
+// serviceLog holds the services' audit events until the gateway's log exists, then writes them
+// there as they happen.
+type serviceLog struct {
+	mu      sync.Mutex
+	gw      *gateway.Gateway
+	pending []audit.Event
+}
+
+func (l *serviceLog) record(e services.Event) {
+	ev := audit.Event{Time: time.Now().Add(-e.Duration), Kind: audit.KindService, Name: e.Service, Duration: e.Duration,
+		Detail: map[string]string{"action": e.Action, "kind": e.Kind}}
+	if e.Detail != "" {
+		key := "fixture"
+		if e.Action == "start" {
+			key = "version"
+		}
+		ev.Detail[key] = e.Detail
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gw != nil {
+		l.gw.Record(ev)
+		return
+	}
+	l.pending = append(l.pending, ev)
+}
+
+// attach writes what was held to gw's log, and everything after it.
+func (l *serviceLog) attach(gw *gateway.Gateway) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gw = gw
+	for _, e := range l.pending {
+		gw.Record(e)
+	}
+	l.pending = nil
+}
+
+// withServiceNetwork gives a policy with services but no network section an empty one: the gateway
+// is what reaches the services, and it still lets nothing else out.
+func withServiceNetwork(pol *policy.Policy) *policy.Policy {
+	if len(pol.Services) == 0 || pol.Network != nil {
+		return pol
+	}
+	p := *pol
+	p.Network = &policy.Network{}
+	return &p
+}
+
+// startServices starts the policy's services for the run, seeded from the project (the run's view
+// of it: nothing has changed it yet), and says on the caller's stream what the command gets.
+func (b *builder) startServices(ctx context.Context, pol *policy.Policy, project, runID string, log *serviceLog) (*services.Set, error) {
+	if len(pol.Services) == 0 {
+		return nil, nil
+	}
+	var ids services.IDs
+	if os.Getuid() == 0 {
+		uid, gid, err := serviceHostIDs()
+		if err != nil {
+			return nil, fmt.Errorf("services: picking the servers' id: %w", err)
+		}
+		ids = services.IDs{UID: uid, GID: gid, Switch: true}
+	}
+	specs := make([]services.Spec, len(pol.Services))
+	for i, s := range pol.Services {
+		specs[i] = services.Spec{Name: s.Name, Kind: s.Kind, Fixtures: s.Fixtures, Restore: s.Restore,
+			Database: s.Database, User: s.User, Where: fmt.Sprintf("%s:%d", pol.Source, s.Line)}
+	}
+	set, err := services.Start(ctx, services.Options{
+		Runtime: serviceRuntime(b.store.Root), Templates: filepath.Join(b.store.Root, "service-templates"),
+		RunID: runID, Project: project, Path: getenv(b.env, "PATH"), IDs: ids, Event: log.record,
+	}, specs)
+	if err != nil {
+		return nil, err
+	}
+	for i, srv := range set.Servers() {
+		s := pol.Services[i]
+		line := fmt.Sprintf("service %s: %s %s at %s.%s:%d", s.Name, srv.Kind, srv.Version, s.Name, policy.ServiceDomain, srv.Port)
+		if seeded := append(nonEmpty(s.Restore), s.Fixtures...); len(seeded) > 0 {
+			line += ", seeded from " + strings.Join(seeded, ", ")
+		}
+		if s.Env != "" {
+			line += fmt.Sprintf("; $%s inside is its URL (connection strings to anywhere else are masked)", s.Env)
+		}
+		b.warn.notice(line)
+	}
+	return set, nil
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// serviceEnv is NAME=URL for the services whose policy entry names a variable.
+func serviceEnv(pol *policy.Policy, set *services.Set) []string {
+	vars := map[string]string{}
+	for _, s := range pol.Services {
+		vars[s.Name] = s.Env
+	}
+	return set.Env(vars)
+}
+
+// gatewayServices are the services as the gateway dials them.
+func gatewayServices(set *services.Set) []gateway.Service {
+	var out []gateway.Service
+	for _, srv := range set.Servers() {
+		out = append(out, gateway.Service{Name: srv.Name, Port: srv.Port, Socket: srv.Socket})
+	}
+	return out
+}
+
+// Services returns the run's fixture servers (policy services) while they run: until Wait has
+// finished the run, or, with Config.KeepServices, until StopServices.
+func (r *Run) Services() []Service {
+	r.svcMu.Lock()
+	defer r.svcMu.Unlock()
+	var out []Service
+	for _, srv := range r.services.Servers() {
+		out = append(out, Service{Name: srv.Name, Kind: srv.Kind, Version: srv.Version, URL: srv.URL, HostHint: srv.HostHint})
+	}
+	return out
+}
+
+// StopServices stops the run's fixture servers and removes their data. Wait calls it unless
+// Config.KeepServices; it is safe to call more than once.
+func (r *Run) StopServices() error {
+	r.svcMu.Lock()
+	defer r.svcMu.Unlock()
+	err := r.services.Stop()
+	r.services = nil
+	return err
+}
+
+// sweepServices removes the fixture servers' data that runs whose cordon was killed left behind.
+func sweepServices(storeRoot string) error {
+	return services.Sweep(serviceRuntime(storeRoot))
+}
