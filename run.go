@@ -150,7 +150,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		pol = policy.Default()
 	}
 	pol = withServiceNetwork(pol)
-	if err := sweepServices(b.store.Root); err != nil {
+	if err := sweepServices(env); err != nil {
 		b.warn.degraded(err.Error())
 	}
 	if pol.Source != policy.BuiltinSource && pol.Source != "" {

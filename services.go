@@ -2,11 +2,14 @@ package cordon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
@@ -38,12 +41,33 @@ type Service struct {
 	HostHint string
 }
 
-// serviceRuntime is the directory below which a caller's runs keep their servers' data.
-func serviceRuntime(storeRoot string) string {
-	if os.Getuid() == 0 {
-		return rootServiceRuntime
+// serviceRuntime is the directory below which a caller's runs keep their servers' data and sockets:
+// a runtime directory rather than cordon's state, because a unix socket's path must stay under 108
+// bytes (a state directory below a long home would not) and the data is worth nothing after the run.
+// As root it is rootServiceRuntime; otherwise $XDG_RUNTIME_DIR/cordon/services, else
+// /tmp/cordon-UID/services, whose top the caller must own with mode 0700 (as tmux checks its
+// /tmp/tmux-UID): a directory someone else made there first is refused, not used.
+func serviceRuntime(env []string) (string, error) {
+	uid := os.Getuid()
+	if uid == 0 {
+		return rootServiceRuntime, nil
 	}
-	return filepath.Join(storeRoot, "services")
+	if d := getenv(env, "XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
+		return filepath.Join(d, "cordon", "services"), nil
+	}
+	top := filepath.Join(os.TempDir(), fmt.Sprintf("cordon-%d", uid))
+	if err := os.Mkdir(top, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("services: %w", err)
+	}
+	fi, err := os.Lstat(top)
+	if err != nil {
+		return "", fmt.Errorf("services: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != uid || fi.Mode().Perm() != 0o700 {
+		return "", fmt.Errorf("services: %s is not a 0700 directory of yours (someone else made it?); remove it or set XDG_RUNTIME_DIR", top)
+	}
+	return filepath.Join(top, "services"), nil
 }
 
 // serviceLog holds the services' audit events until the gateway's log exists, then writes them
@@ -114,8 +138,12 @@ func (b *builder) startServices(ctx context.Context, pol *policy.Policy, project
 		specs[i] = services.Spec{Name: s.Name, Kind: s.Kind, Fixtures: s.Fixtures, Restore: s.Restore,
 			Database: s.Database, User: s.User, Where: fmt.Sprintf("%s:%d", pol.Source, s.Line)}
 	}
+	runtime, err := serviceRuntime(b.env)
+	if err != nil {
+		return nil, err
+	}
 	set, err := services.Start(ctx, services.Options{
-		Runtime: serviceRuntime(b.store.Root), Templates: filepath.Join(b.store.Root, "service-templates"),
+		Runtime: runtime, Templates: filepath.Join(b.store.Root, "service-templates"),
 		RunID: runID, Project: project, Path: getenv(b.env, "PATH"), IDs: ids, Event: log.record,
 	}, specs)
 	if err != nil {
@@ -183,6 +211,39 @@ func (r *Run) StopServices() error {
 }
 
 // sweepServices removes the fixture servers' data that runs whose cordon was killed left behind.
-func sweepServices(storeRoot string) error {
-	return services.Sweep(serviceRuntime(storeRoot))
+func sweepServices(env []string) error {
+	if uid := os.Getuid(); uid != 0 && !filepath.IsAbs(getenv(env, "XDG_RUNTIME_DIR")) {
+		if _, err := os.Lstat(filepath.Join(os.TempDir(), fmt.Sprintf("cordon-%d", uid))); err != nil {
+			return nil // no run of this caller ever had services
+		}
+	}
+	runtime, err := serviceRuntime(env)
+	if err != nil {
+		return err
+	}
+	return services.Sweep(runtime)
 }
+
+// ServiceServer is what this host offers for one kind of fixture service (cordon doctor).
+type ServiceServer struct {
+	// Kind is "postgres" or "redis".
+	Kind string
+	// Version and Dir are the server's version and where its programs are, when found.
+	Version, Dir string
+	// Err says why the kind cannot be used (not installed: which Debian package to install).
+	Err error
+}
+
+// ServiceServers lists the fixture servers this host has, searched as a run would (env's PATH).
+func ServiceServers(env []string) []ServiceServer {
+	var out []ServiceServer
+	for _, kind := range services.Kinds() {
+		b, err := services.Find(kind, getenv(env, "PATH"))
+		out = append(out, ServiceServer{Kind: kind, Version: b.Version, Dir: b.Dir, Err: err})
+	}
+	return out
+}
+
+// SweepServices removes what fixture servers of runs whose cordon was killed left behind (a
+// server whose Pdeathsig was lost, its data). Every Start does it too; cordon gc calls it.
+func SweepServices(env []string) error { return sweepServices(env) }

@@ -31,7 +31,9 @@ type runFlags struct {
 	noNet   bool
 	workdir string
 	name    string
-	bad     error // the first bad value
+	// keepServices is --keep-services (a cmdRun flag, carried here to the start).
+	keepServices bool
+	bad          error // the first bad value
 }
 
 // volume is one --volume: a host path, where it appears inside ("" for its own path), and whether
