@@ -148,7 +148,7 @@ func TestServicesAgentIsNotSuperuser(t *testing.T) {
 		script := `psql -X -tA "$DATABASE_URL" -c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user";
 psql -X -tA "$DATABASE_URL" -c "COPY (SELECT 1) TO PROGRAM 'touch ` + marker + `'" 2>&1;
 psql -X -tA "$DATABASE_URL" -c "SELECT pg_read_file('/etc/hostname')" 2>&1;
-psql -X -tA "postgres://cordon:$SUPER@db.cordon.internal:5432/postgres" -c "SELECT 1" 2>&1; true`
+psql -X -tA "postgres://cordon:$SUPER@db.cordon.internal:5432/app" -c "SELECT 1" 2>&1; true`
 		r := h.sandboxed(svcPolicy+"env:\n  set: {SUPER: "+strings.TrimSpace(string(pw))+"}\n", script)
 		if !strings.HasPrefix(r.stdout, "f\n") {
 			t.Errorf("the agent's role is a superuser:\n%s", r)

@@ -63,8 +63,8 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	if err := checkSocketPath(sock); err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	if err := copyTree(ctx, tmpl, data); err != nil {
+	data, err := cloneTemplate(ctx, opts.IDs, tmpl, dir)
+	if err != nil {
 		return nil, err
 	}
 	p, err := spawn(opts.IDs, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT, []string{"LC_ALL=C.UTF-8"},
@@ -81,7 +81,7 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 		return srv, err
 	}
 	setup := fmt.Sprintf("ALTER ROLE %s PASSWORD '%s';\nALTER ROLE %s NOLOGIN;\n", sp.User, password, superuser)
-	if err := runClient(ctx, opts.IDs, pgEnv(dir, superuser, superPass, "postgres"), strings.NewReader(setup),
+	if err := runClient(ctx, opts.IDs, pgEnv(dir, superuser, superPass, "template1"), strings.NewReader(setup),
 		bins.Path("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"); err != nil {
 		return srv, fmt.Errorf("setting the run's password: %w", err)
 	}
@@ -102,6 +102,32 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	srv.URL = fmt.Sprintf("postgres://%s:%s@%s.cordon.internal:5432/%s", sp.User, password, sp.Name, sp.Database)
 	srv.HostHint = fmt.Sprintf("psql 'host=%s port=5432 user=%s password=%s dbname=%s'", dir, sp.User, password, sp.Database)
 	return srv, nil
+}
+
+// cloneTemplate makes the run's data directory from the template below dir: as root an overlay on
+// it (nothing copied; Stop and Sweep unmount it), else, or if the mount fails, a copy.
+func cloneTemplate(ctx context.Context, ids IDs, tmpl, dir string) (string, error) {
+	data := filepath.Join(dir, "data")
+	if ids.Switch {
+		upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+		err := privateDir(ids, upper)
+		if err == nil {
+			err = os.Mkdir(work, 0o700)
+		}
+		if err == nil {
+			err = os.Mkdir(data, 0o700)
+		}
+		if err == nil {
+			// The template's root is 0700 for the server's id; the copy's root is upper's.
+			if err = mountOverlay(tmpl, upper, work, data); err == nil {
+				return data, nil
+			}
+		}
+		os.RemoveAll(upper)
+		os.RemoveAll(work)
+		os.Remove(data)
+	}
+	return data, copyTree(ctx, tmpl, data)
 }
 
 // applyPostgres runs one fixture as the database's owner: an SQL script through psql (stopping at
@@ -161,11 +187,15 @@ func pgReady(data string) bool {
 	return len(lines) > 7 && strings.TrimSpace(lines[7]) == "ready"
 }
 
+// templateFormat is the layout of a template cluster this cordon makes (the roles and databases in
+// it, its WAL segment size); a change makes new templates rather than reuse old ones.
+const templateFormat = 2
+
 // pgTemplate returns the template cluster for this server version, role and database, making it
 // (initdb, the role and database created) if it is not there yet, and the superuser's password.
 // Concurrent runs make it once: the first takes a lock, the others wait for it.
 func pgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec) (string, string, error) {
-	key := fmt.Sprintf("postgres%s-%s-%s", bins.Major, sp.User, sp.Database)
+	key := fmt.Sprintf("postgres%s-v%d-%s-%s", bins.Major, templateFormat, sp.User, sp.Database)
 	if err := mkdirAll(opts.Templates, 0o700); err != nil {
 		return "", "", err
 	}
@@ -221,7 +251,7 @@ func buildPgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec, 
 	data := filepath.Join(work, "data")
 	if err := runClient(ctx, opts.IDs, []string{"LC_ALL=C.UTF-8"}, nil, bins.Path("initdb"), "-D", data, "-U", superuser,
 		"--auth=scram-sha-256", "--pwfile="+filepath.Join(work, "pw"), "-E", "UTF8", "--locale=C",
-		"--no-sync", "--no-instructions"); err != nil {
+		"--no-sync", "--no-instructions", "--wal-segsize=1"); err != nil {
 		return "", fmt.Errorf("initdb: %w", err)
 	}
 	os.Remove(filepath.Join(work, "pw"))
@@ -234,11 +264,12 @@ func buildPgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec, 
 	if err := p.waitReady(ctx, func() bool { return pgReady(data) }); err != nil {
 		return "", err
 	}
-	// The run's role owns its database and is nothing more: no superuser, no role or database
-	// creation, no server-side file access.
-	setup := fmt.Sprintf("CREATE ROLE %[1]s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION;\n"+
-		"CREATE DATABASE %[2]s OWNER %[1]s;\nREVOKE ALL ON DATABASE postgres FROM PUBLIC;\n", sp.User, sp.Database)
-	if err := runClient(ctx, opts.IDs, pgEnv(work, superuser, pw, "postgres"), strings.NewReader(setup),
+	// The run's role owns its database and is nothing more: no superuser, no roles, no server-side
+	// file or program access. It may create databases (test runners make their own), which it then
+	// owns. The postgres database goes: nothing needs it, and every run would copy it.
+	setup := fmt.Sprintf("CREATE ROLE %[1]s LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION;\n"+
+		"CREATE DATABASE %[2]s OWNER %[1]s;\nDROP DATABASE postgres;\nCHECKPOINT;\n", sp.User, sp.Database)
+	if err := runClient(ctx, opts.IDs, pgEnv(work, superuser, pw, "template1"), strings.NewReader(setup),
 		bins.Path("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"); err != nil {
 		return "", fmt.Errorf("creating role %s and database %s: %w", sp.User, sp.Database, err)
 	}

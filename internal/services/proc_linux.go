@@ -1,8 +1,12 @@
 package services
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // insideID is the id a server has inside its user namespace: "nobody", which has an account on
@@ -32,4 +36,33 @@ func sysProcAttr(ids IDs, server bool) (*syscall.SysProcAttr, error) {
 		attr.Setpgid = true // a Ctrl-C at the terminal is cordon's to handle, not the server's
 	}
 	return attr, nil
+}
+
+// mountOverlay mounts lower (a template, read-only to the run) under upper's changes at target: a
+// run's copy of a template that costs nothing to make. Only root can; callers fall back to a copy.
+func mountOverlay(lower, upper, work, target string) error {
+	for _, p := range []string{lower, upper, work} {
+		if strings.ContainsAny(p, ",:\\") {
+			return fmt.Errorf("overlay: %q has a character overlay options cannot hold", p)
+		}
+	}
+	return unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV,
+		"lowerdir="+lower+",upperdir="+upper+",workdir="+work)
+}
+
+// unmountBelow detaches every mount at or below dir (a run's overlays, which a killed cordon left).
+func unmountBelow(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- { // the deepest first
+		_ = unix.Unmount(points[i], unix.MNT_DETACH)
+	}
 }

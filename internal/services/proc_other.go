@@ -11,3 +11,9 @@ import (
 func sysProcAttr(IDs, bool) (*syscall.SysProcAttr, error) {
 	return nil, errors.New("fixture services need Linux (user and network namespaces)")
 }
+
+func mountOverlay(lower, upper, work, target string) error {
+	return errors.New("overlay mounts need Linux")
+}
+
+func unmountBelow(string) {}

@@ -223,6 +223,7 @@ func (s *Set) Stop() error {
 		s.record(Event{Service: srv.Name, Kind: srv.Kind, Action: "stop", Duration: time.Since(t0)})
 	}
 	s.servers = nil
+	unmountBelow(s.dir)
 	if err := runstate.RemoveAll(s.dir); err != nil {
 		errs = append(errs, fmt.Errorf("services: removing the servers' data: %w", err))
 	}
@@ -256,6 +257,7 @@ func Sweep(runtime string) error {
 			continue
 		}
 		killRecorded(dir)
+		unmountBelow(dir)
 		if err := runstate.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("services: removing a killed run's servers: %w", err))
 		}
