@@ -42,7 +42,11 @@ func Find(kind, path string) (Binaries, error) {
 		dirs = append(dirs, versions...)
 	}
 	dirs = append(dirs, filepath.SplitList(path)...)
-	dirs = append(dirs, "/usr/bin", "/usr/sbin", "/usr/local/bin")
+	return findIn(kind, append(dirs, "/usr/bin", "/usr/sbin", "/usr/local/bin"))
+}
+
+// findIn is Find over the directories given, in order.
+func findIn(kind string, dirs []string) (Binaries, error) {
 	progs := required[kind]
 	if progs == nil {
 		return Binaries{}, fmt.Errorf("unknown kind of service %q", kind)

@@ -3,13 +3,17 @@ package services
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
+
+var runstateSelf = runstate.Self
 
 // testIDs are the ids the servers run as in these tests: as root an id no account owns (as cordon
 // picks from its reserved range), otherwise the caller's own.
@@ -93,5 +97,37 @@ func TestPostgresFixtures(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the run's data is still there: %v", err)
 	}
-	_ = syscall.Getpid
+}
+
+// TestSweep: a run directory whose owner (pid and start time) is gone is removed, a live owner's is
+// kept, and so is a directory still being made (no owner yet).
+func TestSweep(t *testing.T) {
+	rt := t.TempDir()
+	mk := func(name, owner string) string {
+		d := filepath.Join(rt, name)
+		if err := os.MkdirAll(filepath.Join(d, "db", "data"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if owner != "" {
+			if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(owner), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	pid, start, err := runstateSelf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := mk("live", fmt.Sprintf("%d %d\n", pid, start))
+	dead := mk("dead", fmt.Sprintf("%d %d\n", pid, start+1)) // the same pid, another process's start
+	young := mk("young", "")
+	if err := Sweep(rt); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]bool{live: true, dead: false, young: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
 }
