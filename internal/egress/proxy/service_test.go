@@ -15,8 +15,10 @@ import (
 
 type allowAll struct{}
 
-func (allowAll) Decide(string, uint16) egress.Decision { return egress.Decision{Allow: true, Rule: "test"} }
-func (allowAll) Known(string) bool                     { return true }
+func (allowAll) Decide(string, uint16) egress.Decision {
+	return egress.Decision{Allow: true, Rule: "test"}
+}
+func (allowAll) Known(string) bool { return true }
 
 type nopRecorder struct{}
 
@@ -44,7 +46,9 @@ func TestServiceDialsTheSocket(t *testing.T) {
 			resolved++
 			return nil, nil
 		},
-		Services: func(name string, port uint16) (string, bool) { return sock, name == "db.cordon.internal" && port == 5432 },
+		Services: func(name string, port uint16) (string, bool) {
+			return sock, name == "db.cordon.internal" && port == 5432
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
