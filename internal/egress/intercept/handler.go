@@ -218,6 +218,15 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &countingBody{ReadCloser: r.Body}
 		r.Body = body
+		if r.ProtoMajor == 1 {
+			// The request body goes upstream while the answer comes back: without full duplex,
+			// net/http's HTTP/1 server discards and closes the body when the answer's header is
+			// written, while the transport may still be reading it (for bytes past its
+			// Content-Length, once the upstream answered), and the transport then closes the
+			// upstream connection and cuts the answer being streamed. (net/http's own HTTP/1
+			// ResponseWriter, which w is, always supports it.)
+			_ = http.NewResponseController(w).EnableFullDuplex()
+		}
 	}
 	i.proxy.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
 }
