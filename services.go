@@ -156,7 +156,7 @@ func (b *builder) startServices(ctx context.Context, pol *policy.Policy, project
 			line += ", seeded from " + strings.Join(seeded, ", ")
 		}
 		if s.Env != "" {
-			line += fmt.Sprintf("; $%s inside is its URL (connection strings to anywhere else are masked)", s.Env)
+			line += fmt.Sprintf("; $%s inside is its URL, not one found in your environment (connection strings in the project are masked)", s.Env)
 		}
 		b.warn.notice(line)
 	}
