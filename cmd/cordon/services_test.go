@@ -85,21 +85,28 @@ func newDirs(before, after []string) []string {
 
 // TestServicesFixtures: the agent's psql and redis-cli find the fixtures' data at the URLs cordon
 // put in its environment, its writes work, and nothing of them is left after the run: a second run
-// sees the fixtures alone, and no server directory remains.
+// sees the fixtures alone, and no server directory remains. A production URL in the caller's
+// environment and in the project's .env never reaches the agent: it gets the fixture's.
 func TestServicesFixtures(t *testing.T) {
 	requireServers(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		h.svcFixtures()
+		// Split at the password, so that this file holds no connection string itself.
+		prod := "postgres://admin:" + "hunter2@prod.example.com/app"
+		h.writeFile(filepath.Join(h.ws, ".env"), "DATABASE_URL="+prod+"\n", 0o644)
 		before := h.svcDirs()
-		script := `psql -X -tA "$DATABASE_URL" -c "SELECT string_agg(name, ',' ORDER BY id) FROM users" &&
+		script := `echo "ENV=$(cat .env)"; psql -X -tA "$DATABASE_URL" -c "SELECT string_agg(name, ',' ORDER BY id) FROM users" &&
 psql -X -tA -v ON_ERROR_STOP=1 "$DATABASE_URL" -c "INSERT INTO users VALUES (3, 'run-write')" -c "SELECT count(*) FROM users" &&
 redis-cli --no-auth-warning -u "$REDIS_URL" GET greeting &&
 redis-cli --no-auth-warning -u "$REDIS_URL" LRANGE queue 0 -1 &&
 redis-cli --no-auth-warning -u "$REDIS_URL" SET written yes &&
 echo "URL=$DATABASE_URL"`
-		r := h.sandboxed(svcPolicy, script)
+		r := h.sandboxed(svcPolicy, script, "DATABASE_URL="+prod)
 		if r.code != 0 {
 			t.Fatalf("run:\n%s", r)
+		}
+		if strings.Contains(r.stdout, "prod.example.com") || !strings.Contains(r.stdout, "ENV=\n") {
+			t.Errorf("the production URL reached the agent:\n%s", r)
 		}
 		for _, want := range []string{"ada,grace\n", "INSERT 0 1\n3\n", "hello world\n", "a\nb\n", "OK\n", "URL=postgres://app:", "@db.cordon.internal:5432/app\n"} {
 			if !strings.Contains(r.stdout, want) {
