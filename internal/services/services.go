@@ -249,10 +249,19 @@ func Sweep(runtime string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+		dir := filepath.Join(runtime, e.Name())
+		if !e.IsDir() {
 			continue
 		}
-		dir := filepath.Join(runtime, e.Name())
+		if strings.HasPrefix(e.Name(), ".") {
+			// A template being made (buildPgTemplate) takes seconds; one older than this was left
+			// by a killed cordon, its server dead with it.
+			if fi, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), ".template-") && time.Since(fi.ModTime()) > 10*time.Minute {
+				killRecorded(dir)
+				errs = append(errs, runstate.RemoveAll(dir))
+			}
+			continue
+		}
 		if ownerAlive(filepath.Join(dir, ownerFile)) {
 			continue
 		}

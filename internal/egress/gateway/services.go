@@ -55,6 +55,20 @@ func (w *withServices) Known(host string) bool {
 	return !inServiceDomain(host) && w.Policy.Known(host)
 }
 
+// Explain names the rule behind Known for the DNS's audit events, as the policy's matcher does.
+func (w *withServices) Explain(host string) (rule, reason string) {
+	if s, ok := w.byHost[host]; ok {
+		return "services." + s.Name, "fixture service"
+	}
+	if inServiceDomain(host) {
+		return "services", "no such service in the policy"
+	}
+	if e, ok := w.Policy.(interface{ Explain(string) (string, string) }); ok {
+		return e.Explain(host)
+	}
+	return "default", "not an allowed name"
+}
+
 // socket is the unix socket of the service at host:port, if there is one.
 func (w *withServices) socket(host string, port uint16) (string, bool) {
 	s, ok := w.byHost[host]

@@ -30,12 +30,18 @@ func TestWithServices(t *testing.T) {
 		{"x.db.cordon.internal", 5432, false, false, ""},
 		{"example.com", 443, true, true, ""}, // control: the policy's own
 	}
+	if _, reason := w.Explain("nowhere.test"); reason != "not in network.allow" {
+		t.Errorf("the policy's explanation is lost: %q", reason)
+	}
 	for _, tt := range tests {
 		if got := w.Known(tt.host); got != tt.known {
 			t.Errorf("Known(%s) = %v, want %v", tt.host, got, tt.known)
 		}
 		if d := w.Decide(tt.host, tt.port); d.Allow != tt.allow {
 			t.Errorf("Decide(%s, %d) = %+v, want allow %v", tt.host, tt.port, d, tt.allow)
+		}
+		if _, reason := w.Explain(tt.host); tt.host == "other.cordon.internal" && reason != "no such service in the policy" {
+			t.Errorf("Explain(%s) = %q", tt.host, reason)
 		}
 		if sock, ok := w.socket(tt.host, tt.port); sock != tt.sock || ok != (tt.sock != "") {
 			t.Errorf("socket(%s, %d) = %q, %v", tt.host, tt.port, sock, ok)
