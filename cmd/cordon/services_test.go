@@ -442,6 +442,37 @@ func TestServicesKillNine(t *testing.T) {
 	})
 }
 
+// TestServicesEndWithATimeoutOrSignal: a run that limits.timeout stops, or that Ctrl-C (SIGINT to
+// cordon) ends, takes its servers and their data with it. The control: they existed while it ran.
+func TestServicesEndWithATimeoutOrSignal(t *testing.T) {
+	requireServers(t)
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		h.svcFixtures()
+		before := h.svcDirs()
+		r := h.sandboxed(svcPolicy+"limits:\n  timeout: 3s\n", `psql -X -tA "$DATABASE_URL" -c "SELECT count(*) FROM users" && sleep 60`)
+		if !strings.Contains(r.stdout, "2\n") || !strings.Contains(r.stderr, "limits.timeout") {
+			t.Fatalf("want the database reached, then the timeout:\n%s", r)
+		}
+		if left := newDirs(before, h.svcDirs()); len(left) > 0 {
+			t.Errorf("a timed-out run left its servers' data: %v", left)
+		}
+		run := h.startHeld(t, svcPolicy, "true")
+		run.until(t, "READY")
+		dirs := newDirs(before, h.svcDirs())
+		if len(dirs) != 1 || len(serverPids(filepath.Join(h.svcRuntime(), dirs[0]))) == 0 {
+			t.Fatalf("control: no running servers for the held run (%v)", dirs)
+		}
+		run.cmd.Process.Signal(os.Interrupt)
+		run.cmd.Wait()
+		if left := newDirs(before, h.svcDirs()); len(left) > 0 {
+			t.Errorf("Ctrl-C left the run's servers' data: %v", left)
+		}
+		if pids := serverPids(filepath.Join(h.svcRuntime(), dirs[0])); len(pids) > 0 {
+			t.Errorf("Ctrl-C left server processes: %v", pids)
+		}
+	})
+}
+
 // TestServicesKept: --keep-services keeps the servers after the command ends and says how to reach
 // them from the host; the hint works, and Ctrl-C removes them.
 func TestServicesKept(t *testing.T) {
