@@ -2,6 +2,7 @@ package cordon
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 )
 
@@ -25,14 +26,22 @@ type Config struct {
 	Env []string
 	// Streams are the command's standard streams; nil ones are the null device.
 	Streams Streams
-	// Isolation chooses the kind of box; the zero value is IsolationNative.
+	// Isolation chooses the kind of box; the zero value is the policy's sandbox.isolation, else
+	// IsolationNative. It may make the policy's tier stronger, never weaker.
 	Isolation Isolation
+	// Runsc is the runsc binary for IsolationGVisor; empty means the policy's sandbox.runsc, else
+	// the first runsc on the PATH of Env, else $HOME/go/bin/runsc.
+	Runsc string
 	// StateDir is where runs are kept; empty means cordon's default for the caller
 	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
 	StateDir string
 	// KeepServices keeps the run's fixture servers (policy services) running after the command
 	// ended, for a look from the host (Run.Services names how to connect), until Run.StopServices.
 	KeepServices bool
+	// Publish forwards connections to host addresses into servers the command runs on the sandbox's
+	// loopback (cordon run --publish), each one an event of the audit log. Nothing is published
+	// unless listed; the policy needs a network section, whose audit log records them.
+	Publish []Publish
 	// Keep keeps a run that changed nothing, which is otherwise removed as it ends: there is nothing
 	// to apply (see Exit.Kept for the runs kept all the same).
 	Keep bool
@@ -45,6 +54,13 @@ type Config struct {
 	// log does: it must not block for long, or the log drops events (as it does for a slow disk,
 	// counted in the network summary). Run.Events and FinishedRun.Events read the same events.
 	OnEvent func(Event)
+}
+
+// Publish is one published port: connections to Host on the host go to Port on the sandbox's
+// loopback (docker's -p HOST:PORT).
+type Publish struct {
+	Host netip.AddrPort
+	Port uint16
 }
 
 // CheckName refuses a run name (Config.Name) that would not read as one word in a listing; Start
@@ -80,21 +96,39 @@ type Streams struct {
 // kernel.
 type Isolation string
 
-// The kinds of box. Only the native one exists today; others come behind the same backend
-// interface.
+// The kinds of box, weakest first. Others come behind the same backend interface.
 const (
 	// IsolationNative is cordon's own Linux sandbox: namespaces, a pivoted root, Landlock, seccomp
 	// and cgroups, on the host kernel.
 	IsolationNative Isolation = "native"
+	// IsolationGVisor is the same box with the command on gVisor's user-space kernel (runsc): its
+	// system calls reach gVisor's Sentry, not the host's kernel. It needs runsc, and cordon running
+	// as root.
+	IsolationGVisor Isolation = "gvisor"
 )
 
 // check reports an Isolation this build does not know.
 func (i Isolation) check() error {
 	switch i {
-	case "", IsolationNative:
+	case "", IsolationNative, IsolationGVisor:
 		return nil
 	}
-	return fmt.Errorf("isolation %q is not known (this cordon has: %s)", string(i), IsolationNative)
+	return fmt.Errorf("isolation %q is not known (this cordon has: %s, %s)", string(i), IsolationNative, IsolationGVisor)
+}
+
+// resolve is the tier of a run: the caller's, or the policy's when the caller names none; a caller
+// asking for a weaker tier than the policy's is refused, since nothing outside the policy weakens it.
+func (i Isolation) resolve(pol string) (Isolation, error) {
+	p := Isolation(pol)
+	switch {
+	case i == "" && p == "":
+		return IsolationNative, nil
+	case i == "":
+		return p, nil
+	case i == IsolationNative && p == IsolationGVisor:
+		return "", fmt.Errorf("isolation %s: the policy's sandbox.isolation is %s, which a run may not weaken", i, p)
+	}
+	return i, nil
 }
 
 // Warning is something the user should know about a run that does not stop it.
@@ -120,6 +154,10 @@ const (
 	// WarningBlocked: the gateway refused a host the command tried to reach, once per host, as it
 	// happens, with how to allow it. Printed as "cordon: ...".
 	WarningBlocked WarningKind = "blocked"
+	// WarningUpstream: the gateway could not reach a host the policy allows, or could not verify
+	// its certificate (the fix then is network.tls.caFile), once per host, as it happens. The
+	// sandbox sees only resets and 502s, which agents retry quietly. Printed as "cordon: ...".
+	WarningUpstream WarningKind = "upstream"
 )
 
 func (w Warning) String() string {

@@ -17,3 +17,29 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+// TestIsolationResolve: the caller's tier, else the policy's, else native; a caller may make the
+// policy's tier stronger, never weaker; an unknown tier is refused.
+func TestIsolationResolve(t *testing.T) {
+	for _, tc := range []struct {
+		caller Isolation
+		policy string
+		want   Isolation
+		err    string
+	}{
+		{"", "", IsolationNative, ""},
+		{"", "gvisor", IsolationGVisor, ""},
+		{IsolationGVisor, "", IsolationGVisor, ""},
+		{IsolationGVisor, "native", IsolationGVisor, ""},
+		{IsolationNative, "native", IsolationNative, ""},
+		{IsolationNative, "gvisor", "", "may not weaken"},
+	} {
+		got, err := tc.caller.resolve(tc.policy)
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q.resolve(%q) = %q, %v; want %q, %q", tc.caller, tc.policy, got, err, tc.want, tc.err)
+		}
+	}
+	if err := Isolation("kvm").check(); err == nil || !strings.Contains(err.Error(), "native, gvisor") {
+		t.Errorf(`Isolation("kvm").check() = %v`, err)
+	}
+}

@@ -37,6 +37,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*
 	}
 	specs := make([]creds.Spec, 0, len(pol.Credentials))
 	for _, c := range pol.Credentials {
+		if c.From.SSHAgent != nil {
+			continue // not a value: the sandbox's agent socket (./sshagent.go)
+		}
 		sp := creds.Spec{Name: c.Name, Inject: creds.Inject{
 			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body, Ranges: c.Inject.Ranges,
 		}}
@@ -73,6 +76,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*
 			}
 		}
 		specs = append(specs, sp)
+	}
+	if len(specs) == 0 {
+		return nil, nil
 	}
 	set, err := creds.Prepare(ctx, specs)
 	if err != nil {
@@ -115,8 +121,9 @@ func (b *builder) closeCredentials(set *creds.Set) {
 
 // secretMasks scans the project for secret-shaped files and returns them as masks (absolute paths),
 // after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
-// exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers clean files in
-// cordon's state (which the sandbox never sees), so a large project costs a full read only once. The
+// exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers each directory
+// in cordon's state (which the sandbox never sees), so a large project costs a full read only once and
+// a later start a stat per directory and per candidate file (scan.Cache). The
 // full list of findings goes to the run's directory (runDir), which the line names when it cannot.
 func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Secrets, runDir string) ([]string, error) {
 	if sec.NoScan {

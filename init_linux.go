@@ -15,6 +15,8 @@ func Init() {
 	switch {
 	case linux.IsInit():
 		os.Exit(linux.InitMain())
+	case linux.IsGuestExec():
+		os.Exit(linux.GuestExecMain())
 	case len(os.Args) > 0 && os.Args[0] == linux.ReaperArg0:
 		os.Exit(cgroup.ReaperMain())
 	}

@@ -1,6 +1,7 @@
 package cordon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,15 +59,18 @@ type Exit struct {
 // Run is a command running in its box. Its methods are safe for concurrent use.
 type Run struct {
 	id        string
+	isolation Isolation
 	store     Store
 	b         *builder
 	rec       *runstate.Run
 	sb        sandbox.Sandbox
 	streams   *console.Streams
 	gw        *gateway.Gateway
+	agent     *agentSocket
+	published *published
 	budgets   *budget.Ledger
 	creds     *creds.Set
-	synced    chan error
+	synced    *lazySync
 	copied    error
 	closeNull func()
 	timeout   time.Duration
@@ -125,7 +129,6 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := CheckName(cfg.Name); err != nil {
 		return nil, err
 	}
-	backend := newBackend(cfg.Isolation)
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
@@ -163,6 +166,14 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	isolation, err := cfg.Isolation.resolve(pol.Sandbox.Isolation)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := newBackend(isolation, cmp.Or(cfg.Runsc, pol.Sandbox.Runsc), env)
+	if err != nil {
+		return nil, &SetupError{Err: err}
+	}
 
 	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
 	// streams; what they mint is revoked on every way out.
@@ -184,15 +195,21 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		p := gateway.Ports()
 		egress = &p
 	}
+	pubs, err := listenPublished(cfg.Publish, pol.Network != nil)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(pubs.close)
 	launched, err := backend.Launch(ctx, &sandbox.LaunchSpec{
 		User: identity(env), Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr,
 		TTY: streams.TTY, TTYRows: streams.Rows, TTYCols: streams.Cols, Egress: egress, Warn: b.warn.degraded,
+		Publish: pubs.insidePorts(),
 	})
 	if err != nil {
 		return nil, &SetupError{Err: err}
 	}
 	c.Add(launched.Abort)
-	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command})
+	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol)})
 	if err != nil {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}
@@ -223,11 +240,12 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: presets.Source{Env: env},
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, Budgets: ledger,
+			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
 			Services: gatewayServices(svc),
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
+			gcfg.ModifyMessage, gcfg.MessagesFor = credSet.ModifyMessage, credSet.InMessages
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err != nil {
@@ -236,13 +254,22 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		c.Add(func() { gw.Close() })
 		svcLog.attach(gw)
 		spec.ResolvConf = gateway.ResolvConf()
-		spec.Env = append(spec.Env, gw.Env()...)
-		spec.TrustCA = gw.TrustCA()
+		var extra []byte
+		if spec.Env, extra, err = b.gatewayEnv(spec.Env, gw.Env(), pol.Env); err != nil {
+			return nil, err
+		}
+		spec.TrustCA = append(gw.TrustCA(), extra...)
 	}
-	// The run's record is made durable while the box starts, not before (see CreateLazy).
-	synced := make(chan error, 1)
-	go func() { synced <- rec.Sync() }()
-	c.Add(func() { <-synced })
+	spec.SSHKnownHosts = b.knownHosts(pol.Network)
+	agent, err := b.startAgent(pol, gw, spec)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { agent.Close() })
+	// The run's record is made durable once the run has lasted a while, not before (see CreateLazy
+	// and lazySync).
+	synced := startLazySync(rec)
+	c.Add(func() { synced.stop() })
 
 	sb, err := launched.Start(ctx, spec)
 	var copied error
@@ -264,12 +291,16 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger, services: svc, keepServices: cfg.KeepServices,
+		keep: cfg.Keep, budgets: ledger, agent: agent, published: pubs, isolation: isolation,
+		services: svc, keepServices: cfg.KeepServices,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
 		if err == nil {
 			err = gw.Serve(ls)
+		}
+		if err == nil {
+			err = pubs.serve(sb, gw)
 		}
 		if err != nil {
 			// Fail closed: without its gateway the box has no business running.
@@ -288,6 +319,9 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 
 // ID is the run's id, by which OpenRun finds it and the cordon command names it.
 func (r *Run) ID() string { return r.id }
+
+// Isolation is the tier the run's box is (the Config's, else the policy's, else IsolationNative).
+func (r *Run) Isolation() Isolation { return r.isolation }
 
 // Timeout is the policy's limits.timeout for the run (0: none), after which the box is stopped and
 // Exit.TimedOut set.
@@ -359,8 +393,13 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	if code != 0 {
 		r.exit.Code = code
 	}
-	if err := <-r.synced; err != nil {
+	durable, err := r.synced.stop()
+	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
+	}
+	r.published.close()                     // first, as the agent: its connections are events of the gateway's log
+	if err := r.agent.Close(); err != nil { // first: its uses are events of the gateway's log
+		r.b.warn.degraded("the sandbox's ssh-agent: " + err.Error())
 	}
 	// The services go with the box (their removal still in the audit log), unless kept.
 	if !r.keepServices {
@@ -382,29 +421,40 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 			r.b.warn.degraded(fmt.Sprintf("recording the budget totals: %v", err))
 		}
 	}
-	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed)
+	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed, durable)
 	r.b.closeCredentials(r.creds)
 	r.closeNull()
 	return r.exit, r.err
 }
 
 // finish records how the run ended and releases its workspace, returning how many paths the
-// command changed and why the run is kept; a run that has no reason to be kept is removed.
-func (r *Run) finish(code int, failed bool) (int, KeepReason) {
-	if err := r.rec.Finish(code); err != nil {
+// command changed and why the run is kept; a run that has no reason to be kept is removed. durable
+// says the record was made durable during the run (lazySync); the end of a kept run is made durable
+// here, that of a removed one never reaches the disk.
+func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
+	if err := r.rec.FinishLazy(code); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
 	}
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
+	keep := func(n int, why KeepReason) (int, KeepReason) {
+		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
+		if durable {
+			sync = r.rec.SyncMeta
+		}
+		if err := sync(); err != nil {
+			r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
+		}
+		return n, why
+	}
 	changes, err := workspace.Changes(r.rec)
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("reading the run's changes: %v", err))
-		return 0, KeptFailed
+		return keep(0, KeptFailed)
 	}
-	why := r.keepReason(len(changes), failed)
-	if why != "" {
-		return len(changes), why
+	if why := r.keepReason(len(changes), failed); why != "" {
+		return keep(len(changes), why)
 	}
 	// Judged again under the run's lock: nothing else may have touched it meanwhile, but a run is
 	// only ever removed by what its record says now.
@@ -413,9 +463,41 @@ func (r *Run) finish(code int, failed bool) (int, KeepReason) {
 		r.b.warn.degraded(fmt.Sprintf("removing the unchanged run: %v", err))
 	}
 	if !removed {
-		return 0, KeptFailed
+		return keep(0, KeptFailed)
 	}
 	return 0, ""
+}
+
+// durableAfter is how long a run lasts before its record is made durable. A run that ends sooner
+// and changed nothing is removed as it ends, so the fsyncs (5, a few milliseconds on the start's
+// path) are saved; a crash within this time can lose the run's record, as it can lose whatever the
+// command wrote by then, which is not synced either.
+const durableAfter = 250 * time.Millisecond
+
+// lazySync makes a run's record durable once the run has lasted durableAfter.
+type lazySync struct {
+	timer *time.Timer
+	done  chan error
+	once  sync.Once
+	ran   bool
+	err   error
+}
+
+func startLazySync(rec *runstate.Run) *lazySync {
+	s := &lazySync{done: make(chan error, 1)}
+	s.timer = time.AfterFunc(durableAfter, func() { s.done <- rec.Sync() })
+	return s
+}
+
+// stop cancels a sync not yet begun, or waits for the one that ran; it says whether one did, and
+// how it ended. Later calls return the same.
+func (s *lazySync) stop() (bool, error) {
+	s.once.Do(func() {
+		if !s.timer.Stop() {
+			s.ran, s.err = true, <-s.done
+		}
+	})
+	return s.ran, s.err
 }
 
 // keepReason decides whether a finished run that changed `changed` paths stays in the store, and why.
@@ -439,7 +521,7 @@ func (r *Run) keepReason(changed int, failed bool) KeepReason {
 		return KeptAsked
 	case failed:
 		return KeptFailed
-	case n != nil && n.Denied+n.Misuses+n.Echoes > 0:
+	case n != nil && n.Denied+n.Misuses+n.Echoes+n.AgentRefusals > 0:
 		return KeptNetwork
 	case pointsInto(r.b.warn.all(), r.rec.Dir):
 		return KeptListing
@@ -520,6 +602,7 @@ func (w *warnings) add(kind WarningKind, msg string) {
 func (w *warnings) degraded(msg string) { w.add(WarningDegraded, msg) }
 func (w *warnings) notice(msg string)   { w.add(WarningNotice, msg) }
 func (w *warnings) blocked(msg string)  { w.add(WarningBlocked, msg) }
+func (w *warnings) upstream(msg string) { w.add(WarningUpstream, msg) }
 
 func (w *warnings) all() []Warning {
 	w.mu.Lock()

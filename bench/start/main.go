@@ -3,9 +3,11 @@
 // against plain fork/exec of `true` and against bubblewrap with all namespaces unshared. Contenders
 // are interleaved round by round, so that the machine's state (other jobs on a shared machine)
 // affects every contender alike, and each ratio is taken within a round before its median and
-// spread are reported. It also prints cordon's own peak memory during a run.
+// spread are reported. It also prints cordon's own peak memory during a run. With -runsc, the gVisor
+// tier (`cordon run --isolation gvisor -- true`) runs too, against bare `runsc do true` and against
+// the native tier, and its memory beside runsc's (root only: the tier needs root).
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old]
+//	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old] [-runsc $(command -v runsc)]
 package main
 
 import (
@@ -25,6 +27,7 @@ func main() {
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
 	n := flag.Int("n", 50, "runs of each contender")
 	baseline := flag.String("baseline", "", "another cordon binary (an older build) to run as a contender, for before/after figures")
+	runsc := flag.String("runsc", "", "runsc binary: also measure the gVisor tier, against `runsc do true`")
 	flag.Parse()
 	bin, err := filepath.Abs(*cordon)
 	if err != nil {
@@ -63,6 +66,22 @@ func main() {
 		cs = append(cs, &contender{name: "baseline run -- true", argv: []string{old, "run", "--workspace", project, "--", "true"}},
 			&contender{name: "baseline run --allow -- true", argv: []string{old, "run", "--workspace", project, "--allow", "example.test", "--", "true"}})
 	}
+	if *runsc != "" {
+		rs, err := filepath.Abs(*runsc)
+		if err != nil {
+			fail(err)
+		}
+		runscRoot, err := os.MkdirTemp("", "cordon-bench-runsc-")
+		if err != nil {
+			fail(err)
+		}
+		defer os.RemoveAll(runscRoot)
+		// The tier's platform; runsc do shares the host's root read-only with a memory overlay and,
+		// with --network=host, would set up a veth with iptables: no network, as a bare baseline.
+		cs = append(cs, &contender{name: "runsc do true", argv: []string{rs, "--root", runscRoot, "--platform=systrap", "--network=none", "--ignore-cgroups", "do", "true"}},
+			&contender{name: "cordon run --isolation gvisor", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--", "true"}},
+			&contender{name: "cordon gvisor --allow", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--allow", "example.test", "--", "true"}})
+	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		cs = append(cs, &contender{name: "bwrap --unshare-all true", argv: []string{bwrap, "--unshare-all", "--die-with-parent",
 			"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -71,6 +90,10 @@ func main() {
 		fmt.Println("bwrap not installed (apt-get install bubblewrap): skipping that baseline")
 	}
 	env := append(os.Environ(), "XDG_STATE_HOME="+state)
+	if *runsc != "" {
+		rs, _ := filepath.Abs(*runsc)
+		env = append(env, "PATH="+filepath.Dir(rs)+":"+os.Getenv("PATH"))
+	}
 	for i := 0; i < *n+3; i++ {
 		for _, c := range cs {
 			cmd := exec.Command(c.argv[0], c.argv[1:]...)
@@ -115,25 +138,63 @@ func main() {
 	ratio("cordon run --allow -- true", "cordon run -- true", "  the gateway's own cost")
 	ratio("cordon run -- true", "baseline run -- true", "  against the baseline build")
 	ratio("cordon run --allow -- true", "baseline run --allow -- true", "  against the baseline build")
+	ratio("cordon run --isolation gvisor", "runsc do true", "  target <= 1.3x (issue 18)")
+	ratio("cordon gvisor --allow", "runsc do true", "  with the gateway")
+	ratio("cordon run --isolation gvisor", "cordon run -- true", "  the gVisor tier against the native one")
 
 	// cordon's own memory: peak RSS of the cordon process and of its init while a run is in progress.
-	cmd := exec.Command(bin, "run", "--workspace", project, "--", "sleep", "1")
+	peakRSS(bin, env, project, []string{"run", "--workspace", project, "--", "sleep", "1"}, "its init (pid 1 inside)")
+	if *runsc != "" {
+		peakRSS(bin, env, project, []string{"run", "--isolation", "gvisor", "--workspace", project, "--", "sleep", "2"}, "init and runsc (sandbox, gofer) together")
+	}
+}
+
+// peakRSS prints the peak RSS of cordon and of everything below it during one run of args.
+func peakRSS(bin string, env []string, project string, args []string, below string) {
+	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = env, project
 	if err := cmd.Start(); err != nil {
 		fail(err)
 	}
-	var cordonHWM, initHWM int
+	var cordonHWM, belowHWM int
 	deadline := time.Now().Add(900 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		cordonHWM = max(cordonHWM, hwm(cmd.Process.Pid))
-		for _, child := range children(cmd.Process.Pid) {
-			initHWM = max(initHWM, hwm(child))
+		sum := 0
+		for _, p := range tree(cmd.Process.Pid) {
+			sum += rss(p)
 		}
+		belowHWM = max(belowHWM, sum)
 		time.Sleep(50 * time.Millisecond)
 	}
 	cmd.Wait()
-	fmt.Printf("peak RSS during a run: cordon %.1f MiB, its init (pid 1 inside) %.1f MiB (target: cordon < 15 MiB)\n",
-		float64(cordonHWM)/1024, float64(initHWM)/1024)
+	fmt.Printf("%s: peak RSS cordon %.1f MiB (target < 15 MiB), %s %.1f MiB\n",
+		strings.Join(args[:len(args)-4], " "), float64(cordonHWM)/1024, below, float64(belowHWM)/1024)
+}
+
+// tree lists every process below pid.
+func tree(pid int) []int {
+	var out []int
+	for _, c := range children(pid) {
+		out = append(out, c)
+		out = append(out, tree(c)...)
+	}
+	return out
+}
+
+// rss returns a process's current resident set size in KiB.
+func rss(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kb
+		}
+	}
+	return 0
 }
 
 // q returns the p-quantile of sorted durations.

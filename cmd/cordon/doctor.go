@@ -37,16 +37,18 @@ func (a *app) cmdDoctor(args []string) int {
 
 	// End to end: a real sandbox with a copy-on-write workspace, running /bin/true; then one with the
 	// egress gateway's sockets and nftables rules, which is what a network section needs.
-	detail, err := a.doctorSandbox(false)
+	detail, err := a.doctorSandbox(cordon.IsolationNative, false)
 	if err != nil {
 		line("FAIL", "sandbox", err.Error())
 	} else {
 		line("ok", "sandbox", detail)
-		if _, err := a.doctorSandbox(true); err != nil {
+		if _, err := a.doctorSandbox(cordon.IsolationNative, true); err != nil {
 			line("warn", "nftables", "the egress rules could not be installed ("+err.Error()+"); runs with a network section will refuse to start")
 		} else {
 			line("ok", "nftables", "egress rules installed over netlink and verified inside a sandbox")
 		}
+		line("ok", "tier native", "--isolation native (the default): the command on the host's kernel")
+		a.doctorGVisor(line)
 	}
 	if fatal {
 		fmt.Fprintln(a.stdout, "cordon run cannot work on this host: see the FAIL lines above")
@@ -55,9 +57,30 @@ func (a *app) cmdDoctor(args []string) int {
 	return 0
 }
 
+// doctorGVisor reports whether this host can run the gVisor tier, and why not: cordon must be
+// root, runsc must be found and recent enough, and a real gVisor box (with the gateway's network
+// namespace) must start. Not having it is a warning: the native tier works without it.
+func (a *app) doctorGVisor(line func(state, what, detail string)) {
+	const what = "tier gvisor"
+	if a.uid != 0 {
+		line("warn", what, "--isolation gvisor needs cordon to run as root")
+		return
+	}
+	path, version, err := cordon.FindRunsc("", a.env)
+	if err != nil {
+		line("warn", what, err.Error())
+		return
+	}
+	if _, err := a.doctorSandbox(cordon.IsolationGVisor, true); err != nil {
+		line("warn", what, fmt.Sprintf("runsc %s at %s, but a gVisor box could not start: %v", version, path, err))
+		return
+	}
+	line("ok", what, fmt.Sprintf("--isolation gvisor: started /bin/true on gVisor's kernel (runsc %s at %s, systrap) with the egress gateway", version, path))
+}
+
 // doctorSandbox runs /bin/true through the library as cordon run would, with the built-in policy
 // (and, for egress, a network section that allows nothing), in a throwaway project and state.
-func (a *app) doctorSandbox(egress bool) (string, error) {
+func (a *app) doctorSandbox(isolation cordon.Isolation, egress bool) (string, error) {
 	project, err := os.MkdirTemp("", "cordon-doctor-")
 	if err != nil {
 		return "", err
@@ -75,6 +98,7 @@ func (a *app) doctorSandbox(egress bool) (string, error) {
 	}
 	run, err := cordon.Start(context.Background(), cordon.Config{
 		Policy: pol, Workspace: project, Command: []string{"true"}, Env: a.env, StateDir: state,
+		Isolation: isolation,
 	})
 	if err != nil {
 		return "", err

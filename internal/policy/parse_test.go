@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/netip"
 	"os"
@@ -44,6 +46,7 @@ func examplePolicy() *Policy {
 			HTTP: []HTTPRule{{Host: "github.com", Allow: []HTTPAllow{
 				{Methods: []string{"GET", "POST"}, Paths: []string{"/acme/app.git/*", "/acme/app/*"}},
 			}}},
+			Git: []GitRule{{Host: "github.com", Repos: []string{"acme/app"}, Push: GitPush{Branches: []string{"agent/*"}}}},
 		},
 		Credentials: []Credential{
 			{
@@ -93,6 +96,11 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
+	// The hash of the bytes parsed, which a run records (runstate.PolicyRef).
+	if sum := sha256.Sum256(data); got.SourceSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("SourceSHA256 = %q, not the SHA-256 of the file", got.SourceSHA256)
+	}
+	got.SourceSHA256 = ""
 	if want := examplePolicy(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", got, want)
 	}
@@ -156,6 +164,7 @@ func TestParseMinimal(t *testing.T) {
 	}
 	want := Default()
 	want.Source = "p.yaml"
+	want.SourceSHA256 = "09bfcc6a14b83e2192b8673677725c84883ee9cd0c70e45c9ec09daa8f2b2847" // of "version: 1\n"
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("Parse(version: 1) = %+v, want %+v", p, want)
 	}
@@ -234,6 +243,8 @@ func TestParseErrors(t *testing.T) {
 		// sandbox
 		{"nesting string", "version: 1\nsandbox:\n  allowNesting: \"yes\"\n", `3:17: sandbox.allowNesting: expected true or false, got "yes"`},
 		{"hostname bad", "version: 1\nsandbox:\n  hostname: my_box\n", `3:13: sandbox.hostname: "my_box" is not a valid host name (expected letters, digits, - and dots, at most 64 characters)`},
+		{"isolation unknown", "version: 1\nsandbox:\n  isolation: kvm\n", `3:14: sandbox.isolation: "kvm" is not an isolation tier (expected native or gvisor)`},
+		{"runsc relative", "version: 1\nsandbox:\n  runsc: bin/runsc\n", `3:10: sandbox.runsc: "bin/runsc" is relative (expected an absolute path or one starting with ~/)`},
 
 		// network
 		{"net null", "version: 1\nnetwork:\n", "2:9: network: expected a mapping, got nothing (null)"},
@@ -278,9 +289,9 @@ func TestParseErrors(t *testing.T) {
 		{"cred bad name", "version: 1\ncredentials:\n  - name: my-token\n", `3:11: credentials[0].name: "my-token" is not a valid variable name (expected letters, digits and _, not starting with a digit)`},
 		{"cred no from", cred("    inject: {host: a.com, header: X}\n"), "3:5: credentials[0]: from is required"},
 		{"cred no inject", cred("    from: {env: A}\n"), "3:5: credentials[0]: inject is required"},
-		{"cred no source", cred("    from: {}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws"},
-		{"cred two sources", cred("    from: {env: A, file: /a}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws (found env and file)"},
-		{"cred unknown source", cred("    from: {vault: x}\n"), "4:12: credentials[0].from.vault: unknown field (expected one of env, file, command, githubApp, aws)"},
+		{"cred no source", cred("    from: {}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws, sshAgent"},
+		{"cred two sources", cred("    from: {env: A, file: /a}\n"), "4:11: credentials[0].from: set exactly one of env, file, command, githubApp, aws, sshAgent (found env and file)"},
+		{"cred unknown source", cred("    from: {vault: x}\n"), "4:12: credentials[0].from.vault: unknown field (expected one of env, file, command, githubApp, aws, sshAgent)"},
 		{"cred env name", cred("    from: {env: \"A B\"}\n"), `4:17: credentials[0].from.env: "A B" is not a valid variable name (expected letters, digits and _, not starting with a digit)`},
 		{"cred file relative", cred("    from: {file: token}\n"), `4:18: credentials[0].from.file: "token" is relative (expected an absolute path or one starting with ~/)`},
 		{"cred command string", cred("    from: {command: gh auth token}\n"), `4:21: credentials[0].from.command: expected a list, got "gh auth token"`},
@@ -296,6 +307,10 @@ func TestParseErrors(t *testing.T) {
 		{"inject no host", cred("    from: {env: A}\n    inject: {header: X}\n"), "5:13: credentials[0].inject: host is required"},
 		{"inject wildcard too broad", cred("    from: {env: A}\n    inject: {host: \"*.com\", header: X}\n"), `5:20: credentials[0].inject.host: wildcard "*.com" is too broad (expected at least two labels after "*.")`},
 		{"gh missing installation", cred("    from: {githubApp: {appId: 1, privateKeyFile: /k, repositories: [a/b], permissions: {contents: read}}}\n"), "4:23: credentials[0].from.githubApp: installationId is required"},
+		{"ssh agent inject", cred("    from: {sshAgent: {keys: [deploy]}}\n    inject: {host: a.test, header: X}\n"), "5:13: credentials[0].inject: an sshAgent credential has no inject: ssh inside uses its socket"},
+		{"ssh agent no keys", cred("    from: {sshAgent: {keys: []}}\n"), "4:29: credentials[0].from.sshAgent.keys: expected at least one key (a SHA256:… fingerprint or a comment, as ssh-add -l shows them)"},
+		{"ssh agent keys missing", cred("    from: {sshAgent: {}}\n"), "4:22: credentials[0].from.sshAgent: keys is required"},
+		{"ssh agent bad fingerprint", cred("    from: {sshAgent: {keys: [\"SHA256:short\"]}}\n"), `4:30: credentials[0].from.sshAgent.keys[0]: "SHA256:short" is not a SHA256 fingerprint (43 base64 characters after SHA256:, as ssh-add -l prints)`},
 		{"aws neither", cred("    from: {aws: {}}\n"), "4:17: credentials[0].from.aws: set exactly one of profile (the AWS shared credentials file) or env: true"},
 		{"aws both", cred("    from: {aws: {profile: p, env: true}}\n"), "4:17: credentials[0].from.aws: set exactly one of profile (the AWS shared credentials file) or env: true"},
 		{"aws env false", cred("    from: {aws: {env: false}}\n"), "4:23: credentials[0].from.aws.env: env: false takes nothing from anywhere (set env: true or a profile)"},

@@ -16,7 +16,18 @@ type Sandbox struct {
 	// --workdir); empty means the directory cordon was started in when that is inside the
 	// workspace, else the workspace.
 	Workdir string
+	// Isolation is the tier the box is: "native" (cordon's own sandbox on the host kernel; the
+	// default when empty) or "gvisor" (the same box around gVisor's user-space kernel).
+	Isolation string
+	// Runsc is the runsc binary for the gvisor tier; empty means PATH.
+	Runsc string
 }
+
+// The isolation tiers a policy may name.
+const (
+	IsolationNative = "native"
+	IsolationGVisor = "gvisor"
+)
 
 func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
 	_, err := d.mapping(n, path,
@@ -34,6 +45,21 @@ func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
 			}
 			s.Hostname = h
 			return nil
+		}},
+		field{"isolation", func(v *yaml.Node, p string) error {
+			i, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if i != IsolationNative && i != IsolationGVisor {
+				return d.errf(v, p, "%q is not an isolation tier (expected native or gvisor)", i)
+			}
+			s.Isolation = i
+			return nil
+		}},
+		field{"runsc", func(v *yaml.Node, p string) (err error) {
+			s.Runsc, err = d.path(v, p)
+			return err
 		}},
 		field{"workdir", func(v *yaml.Node, p string) error {
 			w, err := d.str(v, p)

@@ -18,6 +18,10 @@ type Score struct {
 
 // Scorecard is the machine-readable report: every result and the score per boundary.
 type Scorecard struct {
+	// Tier is the isolation tier the probes ran in (native, gvisor); Kernel says what answered
+	// their system calls there, which is where the tiers differ. Both empty for a bare probe run.
+	Tier    string   `json:"tier,omitempty"`
+	Kernel  string   `json:"kernel,omitempty"`
 	Results []Result `json:"results"`
 	Scores  []Score  `json:"scores"`
 	// OK is true only when no probe failed.
@@ -81,6 +85,9 @@ func ReadJSON(b []byte) (Scorecard, error) {
 // WriteTable writes the human scorecard: one row per probe, failures with their evidence below the
 // row, then the score per boundary and the overall verdict.
 func (sc Scorecard) WriteTable(w io.Writer) error {
+	if sc.Tier != "" {
+		fmt.Fprintf(w, "tier: %s (system calls answered by %s)\n\n", sc.Tier, sc.Kernel)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tBOUNDARY\tTRIED\tRESULT")
 	for _, r := range sc.Results {

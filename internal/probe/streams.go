@@ -5,6 +5,7 @@ package probe
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -47,8 +48,16 @@ func classifyStream(fd int) (bool, string) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFIFO:
 		var fs unix.Statfs_t
-		if err := unix.Fstatfs(fd, &fs); err == nil && fs.Type == unix.PIPEFS_MAGIC {
+		err := unix.Fstatfs(fd, &fs)
+		if err == nil && fs.Type == unix.PIPEFS_MAGIC {
 			return true, "a pipe"
+		}
+		// gVisor's kernel shows a descriptor it imported from the host as host:[N] and answers no
+		// statfs for it, so whether the host's object is a pipe is not visible from inside: there
+		// it is what cordon handed the box, which is only ever an anonymous pipe (console.Attach
+		// relays anything else) in either tier.
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == unix.ENOSYS && strings.HasPrefix(link, "host:[") {
+			return true, "a FIFO gVisor imported from the host (" + link + "; gVisor does not show whether it is named; cordon hands a box only anonymous pipes)"
 		}
 		return false, fmt.Sprintf("a named FIFO (inode %d, mode %#o, owner uid %d)", st.Ino, st.Mode&0o7777, st.Uid)
 	case unix.S_IFREG:

@@ -36,6 +36,14 @@ type Options struct {
 	Exe string
 	// OnWarning receives the run's warnings (see cordon.Config.OnWarning); nil drops them.
 	OnWarning func(cordon.Warning)
+	// Isolation is the tier to verify (see cordon.Config.Isolation); the scorecard names it.
+	Isolation cordon.Isolation
+}
+
+// kernels says, per tier, what answers the probes' system calls.
+var kernels = map[cordon.Isolation]string{
+	cordon.IsolationNative: "the host's kernel, through cordon's seccomp filter and Landlock",
+	cordon.IsolationGVisor: "gVisor's Sentry (runsc, systrap), behind cordon's seccomp filter; the host's kernel serves only runsc's own filtered calls",
 }
 
 // Run plants the canaries, runs the probes inside a sandbox with the policy, and returns the
@@ -103,6 +111,7 @@ func Run(ctx context.Context, opts Options) (probe.Scorecard, error) {
 		Streams:   cordon.Streams{Stdout: out, Stderr: errOut},
 		StateDir:  opts.StateDir,
 		OnWarning: opts.OnWarning,
+		Isolation: opts.Isolation,
 	})
 	if err != nil {
 		return probe.Scorecard{}, fmt.Errorf("the sandbox did not start: %w", err)
@@ -126,7 +135,10 @@ func Run(ctx context.Context, opts Options) (probe.Scorecard, error) {
 	}
 	real := credentialHashes(ctx, pol, opts.Env)
 	results := hostChecks(sc.Results, hostView{project: project, run: finished, set: set, realHashes: real})
-	return probe.NewScorecard(results), nil
+	sc = probe.NewScorecard(results)
+	sc.Tier = string(run.Isolation())
+	sc.Kernel = kernels[run.Isolation()]
+	return sc, nil
 }
 
 // executable is exe, or this process's executable with symlinks resolved (the sandbox shows it at

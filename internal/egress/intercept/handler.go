@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -39,6 +40,9 @@ type exchange struct {
 	refuseFrame  func(reason string)
 	// spend meters the request against its host's budget (budget.go); nil when it has none.
 	spend *spend
+	// sent is set once the request's head was written to the upstream (httptrace WroteHeaders):
+	// only then did a credential the hook put into it leave the gateway.
+	sent atomic.Bool
 }
 
 // frameRefused records, once, that a websocket frame from the upstream was refused: as an audit
@@ -81,6 +85,12 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		if ex.refusal != "" {
 			ev.Decision, ev.Rule, ev.Reason = audit.Deny, gatewayRule, ex.refusal
 		}
+		if names := ev.Detail[audit.DetailCredentials]; names != "" && !ex.sent.Load() {
+			// The summary counts credentials that reached an upstream, not ones the hook put into a
+			// request that was then refused or failed before it was written.
+			delete(ev.Detail, audit.DetailCredentials)
+			ev.Detail[audit.DetailCredentialsUnsent] = names
+		}
 		if n := ex.red.Count(); n > 0 {
 			ev.Detail[audit.DetailCredentialEchoed] = strconv.FormatInt(n, 10)
 		}
@@ -94,10 +104,10 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		ev.Duration = time.Since(start)
 		i.rec.Record(ev)
 	}()
-	deny := func(status int, rule, reason, fix string) {
+	refuse := func(status int, rule, reason, fix string, write func()) {
 		ev.Rule, ev.Reason = rule, reason
 		ex.status = status
-		writeDenial(cw, r, c, logged, status, reason, fix)
+		write()
 		if i.notify != nil {
 			line := fmt.Sprintf("blocked %s %s://%s%s (%s)", r.Method, c.scheme, c.upstream(), logged, reason)
 			if fix != "" {
@@ -105,6 +115,9 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			}
 			i.notify(c.name+" "+r.Method+" "+rule, line)
 		}
+	}
+	deny := func(status int, rule, reason, fix string) {
+		refuse(status, rule, reason, fix, func() { writeDenial(cw, r, c, logged, status, reason, fix) })
 	}
 
 	if !authorityMatches(r.Host, c) || !hostHeadersMatch(r.Header.Values("Host"), c) {
@@ -127,8 +140,32 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
 		return
 	}
+	judged := false // a git rule allowed the request, so the HTTP rules are not asked
+	if g := i.gitFor(c.name); g != nil {
+		extra := up != "" || len(overridesOf(r.Header)) > 0 || bodyless(r.Method) && hasBody(r)
+		gv := i.judgeGit(g, r, target, extra)
+		for k, v := range gv.details {
+			ev.Detail[k] = v
+		}
+		switch gv.outcome {
+		case gitDeny:
+			if gv.message != "" {
+				gv.reason = strings.TrimSpace(gv.reason)
+			}
+			deny(gv.status, gv.rule, gv.reason, gv.fix)
+			return
+		case gitRefuse:
+			refuse(gv.status, gv.rule, gv.reason, gv.fix, func() { writeGitRefusal(cw, r, gv.body) })
+			return
+		case gitAllow:
+			judged = true
+			ev.Rule = gv.rule
+		}
+	}
 	var x extras
-	if i.rules.covers(c.name) {
+	switch {
+	case judged:
+	case i.rules.covers(c.name):
 		// What a rule must allow besides the method and path (request_checks.go).
 		if up != "" {
 			if err := checkWebsocket(r); err != nil {
@@ -139,19 +176,21 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		x.overrides = overridesOf(r.Header)
 		x.body = bodyless(r.Method) && hasBody(r)
-	} else if bodyless(r.Method) && hasBody(r) {
+	case bodyless(r.Method) && hasBody(r):
 		// A host intercepted for a credential or inspection has no rule that could allow it: a
 		// body on a bodyless method is what an upstream that ignores it reads as a second request
 		// (and a body credential would be put into it), as the plain-HTTP forwarder refuses too.
 		deny(http.StatusBadRequest, gatewayRule, fmt.Sprintf("a body on %s is refused (an upstream may read it as another request)", r.Method), "")
 		return
 	}
-	v := i.rules.judgeExtras(c.name, r.Method, target, x)
-	if !v.allow {
-		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
-		return
+	if !judged {
+		v := i.rules.judgeExtras(c.name, r.Method, target, x)
+		if !v.allow {
+			deny(http.StatusForbidden, v.rule, v.reason, v.fix)
+			return
+		}
+		ev.Rule = v.rule
 	}
-	ev.Rule = v.rule
 	if i.modify != nil {
 		judged := r.URL.EscapedPath()
 		// The hook reads how the request goes upstream from its URL: "https" is TLS verified against
@@ -228,7 +267,13 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).EnableFullDuplex()
 		}
 	}
-	i.proxy.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { ex.sent.Store(true) }})
+	if up != "" && i.relaysMessages(c.name, ex) {
+		i.serveWebsocket(cw, r.WithContext(ctx), ex, &ev)
+		return
+	}
+	i.proxy.ServeHTTP(cw, r.WithContext(ctx))
 }
 
 // rewrite points the outgoing request at the connection's upstream, whatever the request (or Modify)
@@ -242,8 +287,9 @@ func (i *Interceptor) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // errorHandler answers 502 when the upstream could not be reached or answered nonsense; a certificate
-// the Roots do not vouch for is the gateway's refusal, and is recorded as one.
-func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+// the Roots do not vouch for is the gateway's refusal, and is recorded as one. Either is told to the
+// human once per host and port (Config.NotifyUpstream).
+func (i *Interceptor) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	ex := exchangeOf(r.Context())
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
@@ -263,17 +309,25 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		verifyErr *tls.CertificateVerificationError
 	)
 	reason := "the upstream could not be reached"
+	up := ex.conn.upstream()
+	var line string
 	switch {
 	case errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr):
 		ex.refusal = "upstream certificate not verified"
-		reason = "the upstream's certificate is not trusted (add its CA to the policy if it is meant to be reached)"
+		reason = "the upstream's certificate is not trusted (add its CA to network.tls.caFile if it is meant to be reached)"
+		line = fmt.Sprintf("cannot verify the certificate of %s (%v); its requests get 502 — if it is meant to be reached, add its CA to network.tls.caFile", up, err)
 	case errors.Is(err, errUnredactable):
 		ex.refusal = refusalOf(err)
 		reason = "cordon refused the upstream's answer"
+	case !ex.sent.Load():
+		line = fmt.Sprintf("cannot reach %s (%v); its requests get 502", up, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		ex.status = 499 // the client went away; nobody reads the answer
 		return
+	}
+	if line != "" && i.notifyUp != nil {
+		i.notifyUp("upstream "+up, line)
 	}
 	ex.status = http.StatusBadGateway
 	target, _ := originForm(r.RequestURI, ex.conn)

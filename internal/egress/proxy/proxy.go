@@ -31,6 +31,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/kernelrelay"
 )
 
 // Defaults for the Config fields left zero.
@@ -72,6 +73,11 @@ type Config struct {
 	// caller's (the gateway's bounded notifier), the one place that de-duplicates. It must not block,
 	// and should make its line only when it prints one: an agent retrying pays for every call.
 	Notify func(d egress.Decision, name string, port uint16)
+	// Unreachable, if set, is called when an allowed name:port cannot be reached (it does not
+	// resolve, or no address answers), on every such failure, so the caller can tell the human once
+	// per host (the gateway's notifier de-duplicates). A dial the gateway refuses, or one the
+	// sandbox gave up on, is not reported here. It must not block.
+	Unreachable func(name string, port uint16, err error)
 	// DialContext, if set, replaces net.Dialer for connections to upstreams (the gateway passes it
 	// "tcp" and an IP:port it has checked). Return *net.TCPConn: the relay reads and writes its
 	// descriptor directly.
@@ -84,6 +90,11 @@ type Config struct {
 	// Services, if set, names the run's fixture services: a name and port it knows is dialled at
 	// the unix socket it returns (a server cordon started outside the sandbox), never resolved.
 	Services func(name string, port uint16) (socket string, ok bool)
+	// KernelRelay, if set, relays the connections the gateway passes through unread (TLS it does not
+	// inspect, other TCP) in the kernel once their first bytes are judged, instead of copying them
+	// through user space. Plain HTTP is always forwarded request by request in user space. The
+	// caller owns it (and closes it after the gateway stops).
+	KernelRelay *kernelrelay.Relay
 	// SniffTimeout, HeaderTimeout and DialTimeout override the defaults above.
 	SniffTimeout, HeaderTimeout, DialTimeout time.Duration
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ const stepChecking = "checking the sandbox spec"
 type Backend struct {
 	// Exe is the cordon binary to re-execute as init and reaper; /proc/self/exe when empty.
 	Exe string
+	// Runtime, when set, runs the command under an OCI runtime started by init (the gVisor tier).
+	Runtime *Runtime
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -55,6 +58,9 @@ type launched struct {
 	finished, failed bool
 	// hostIDs are the host ids the sandbox user maps to when cordon runs as root; nil rootless.
 	hostIDs *hostIDs
+	// userns waits for the id-mapping user namespace (as root), made while the caller prepares the
+	// run: its helper process costs a fork and an exec, off the start's path there.
+	userns func() (*os.File, error)
 }
 
 // Launch implements sandbox.Backend: it clones init, which makes the gateway's sockets and rules
@@ -66,11 +72,17 @@ func (b *Backend) Launch(ctx context.Context, ls *sandbox.LaunchSpec) (sandbox.L
 	if ls.User.UID == 0 {
 		return nil, &sandbox.SetupError{Step: stepChecking, Err: errors.New("the sandbox user must not be root")}
 	}
+	if b.Runtime != nil && os.Geteuid() != 0 {
+		return nil, &sandbox.SetupError{Step: stepChecking, Err: errors.New("this tier needs cordon to run as root: the runtime must be root in the sandbox's user namespace while the agent's uid owns the workspace there, two ids that a user namespace made without root can not map")}
+	}
 	exe := cmp.Or(b.Exe, "/proc/self/exe")
 	l := &launched{b: b, exe: exe, ls: *ls, s: newRunning(ls.Warn)}
 	l.s.wantEgress = ls.Egress != nil
 	if err := l.clone(); err != nil {
 		return nil, err
+	}
+	if l.hostIDs != nil {
+		l.userns = startIdmapUserns(exe, *l.hostIDs)
 	}
 	return l, nil
 }
@@ -86,6 +98,18 @@ func (l *launched) Abort() {
 	l.s.Kill()
 	<-l.s.done
 	l.s.cleanup()
+	l.closeUserns()
+}
+
+// closeUserns waits for the id-mapping user namespace, if one is being made, and closes it.
+func (l *launched) closeUserns() {
+	if l.userns == nil {
+		return
+	}
+	if ns, err := l.userns(); err == nil {
+		ns.Close()
+	}
+	l.userns = nil
 }
 
 // Start implements sandbox.Launched: it sends the config to the launched init, which builds the
@@ -126,6 +150,10 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if err != nil {
 		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
 	}
+	if l.b.Runtime != nil {
+		// The guest shim's mount point, made before /etc is sealed (see GuestExecArg0).
+		etc = append(etc, etcEntry{Name: strings.TrimPrefix(GuestExecArg0, "/etc/"), Kind: "mountpoint", Target: "file"})
+	}
 	cfg := &initConfig{Spec: *spec, User: l.ls.User, TTY: l.ls.TTY, TTYRows: l.ls.TTYRows, TTYCols: l.ls.TTYCols,
 		Etc: etc, LandlockABI: LandlockABI()}
 	l.s.timeout = spec.Limits.Timeout
@@ -135,7 +163,13 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if l.hostIDs != nil {
 		// As root, cordon opens what the sandbox shows of the host itself (idmap.go) and hands it
 		// to init before the config that says so.
-		files, err := openHostSources(l.exe, spec, *l.hostIDs, l.ls.Warn)
+		userns, err := l.userns()
+		l.userns = nil
+		var files []*os.File
+		if err == nil {
+			files, err = openHostSources(userns, spec, *l.hostIDs, l.ls.Warn)
+			userns.Close()
+		}
 		if err == nil {
 			err = sendMsg(int(l.statR.Fd()), &hostSourcesMsg{Count: len(files)}, files...)
 			closeAll(files)
@@ -148,6 +182,13 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 			return fail(&sandbox.SetupError{Step: "opening the workspace and policy paths", Err: err})
 		}
 		cfg.HostSources = true
+	}
+	if l.b.Runtime != nil {
+		rc, err := l.runtimeConfigFor(spec, cfg)
+		if err != nil {
+			return fail(&sandbox.SetupError{Step: "writing the runtime's config", Err: err})
+		}
+		cfg.Runtime = rc
 	}
 	l.finished = true
 	// From here until init reports, a ctx that ends kills init, which ends the wait for its report.
@@ -186,7 +227,13 @@ func (l *launched) limits(spec *sandbox.Spec, cfg *initConfig) error {
 	if name == "" {
 		name = fmt.Sprintf("cordon-%d-%d", os.Getpid(), time.Now().UnixNano())
 	}
-	g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPU: lim.CPU})
+	pids := lim.Pids
+	if l.b.Runtime != nil && pids > 0 {
+		// The runtime's own tasks count on the host (see runtimeTasks); the command's processes are
+		// bounded inside the runtime's kernel, by RLIMIT_NPROC.
+		pids += runtimeTasks
+	}
+	g, unenforced, err := cgroup.New(name, cgroup.Limits{MemoryBytes: lim.MemoryBytes, Pids: pids, CPU: lim.CPU})
 	why := func(limit string) string {
 		if err != nil {
 			return err.Error()
@@ -243,7 +290,7 @@ func validate(spec *sandbox.Spec) error {
 // clone starts init in fresh namespaces, with the launch message as its argv[1].
 func (l *launched) clone() error {
 	ls := &l.ls
-	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress})
+	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress, Publish: ls.Publish})
 	if err != nil {
 		return &sandbox.SetupError{Step: "encoding the launch", Err: err}
 	}
@@ -279,11 +326,40 @@ func (l *launched) clone() error {
 		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
+	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
+	if len(ls.Publish) > 0 {
+		pfds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "creating the channel for published ports", Err: err}
+		}
+		pubR, pubW := os.NewFile(uintptr(pfds[0]), "publish"), os.NewFile(uintptr(pfds[1]), "publish")
+		defer pubW.Close()
+		l.s.publish = &publisher{f: pubR}
+		files = append(files, pubW.Fd())
+	}
 	uidMap, gidMap, cred, err := l.idMappings(ls.User)
 	if err != nil {
 		cfgW.Close()
 		statR.Close()
 		return &sandbox.SetupError{Step: "choosing the sandbox's host ids", Err: err}
+	}
+	if l.b.Runtime != nil {
+		if len(files) == publishFD {
+			files = append(files, ^uintptr(0)) // publishFD stays closed: runtimeFD and guestFD follow it
+		}
+		// Opened here, on the host: init cannot look them up (see Runtime.Path).
+		rfs, err := openRuntimeFiles(l.b.Runtime, l.exe)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "opening the runtime", Err: err}
+		}
+		defer closeAll(rfs)
+		for _, f := range rfs {
+			files = append(files, f.Fd())
+		}
 	}
 	pidfd := -1
 	attr := &syscall.ProcAttr{
@@ -292,7 +368,7 @@ func (l *launched) clone() error {
 		// cordon's own preparation of the run. Setting it also spares the runtime from reading the
 		// cgroup's CPU limit at start. Init's environment is its own: the command gets spec.Env.
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()},
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
@@ -343,6 +419,15 @@ func (l *launched) idMappings(u sandbox.User) (uidMap, gidMap []syscall.SysProcI
 			return nil, nil, nil, err
 		}
 		l.hostIDs = &ids
+		if l.b.Runtime != nil {
+			base, err := rootHostIDs(sandbox.User{}, hostIDFiles())
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			l.hostIDs.Runtime = &base
+			uidMap, gidMap, cred = runtimeIDMappings(u, ids, base)
+			return uidMap, gidMap, cred, nil
+		}
 		hostUID, hostGID = ids.UID, ids.GID
 		cred = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}}
 	}

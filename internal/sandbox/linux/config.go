@@ -13,6 +13,9 @@ const InitArg0 = "cordon-init"
 const (
 	configFD = 3 // read end: the config message, then EOF
 	statusFD = 4 // init's end of the status socket: messages both ways, closed on exec of the command
+	// publishFD is init's end of the socket over which cordon asks for connections to the
+	// published ports (LaunchSpec.Publish), when there are any; closed on exec of the command.
+	publishFD = 5
 )
 
 // initConfig is the config message: what the parent tells init at Start. It is the Spec, the part
@@ -37,6 +40,9 @@ type initConfig struct {
 	// descriptors of detached mounts that cordon made on the host (see idmap.go), in one message on
 	// the status channel sent before this config, rather than as paths init looks up itself.
 	HostSources bool `json:"hostSources,omitempty"`
+	// Runtime, when set, says that init starts an OCI runtime on the root it built instead of
+	// executing the command itself (see Runtime).
+	Runtime *runtimeConfig `json:"runtime,omitempty"`
 }
 
 // etcEntry is one allowed entry of the host's /etc, already resolved by the parent.
@@ -45,4 +51,5 @@ type etcEntry struct {
 	Kind    string `json:"kind"`              // "file", "dir", "symlink", "generated", "dir-empty", "cover", "mountpoint"
 	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name; for "mountpoint", "dir" or "file"
 	Content string `json:"content,omitempty"` // set for generated files
+	Binary  []byte `json:"binary,omitempty"`  // a generated file's bytes that are not text (a key store)
 }

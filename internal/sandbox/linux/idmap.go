@@ -55,7 +55,15 @@ const idRangeUser = "cordon"
 // hostIDs are the host uid and gid the agent's ids inside map to when cordon runs as root.
 type hostIDs struct {
 	UID, GID int
+	// Runtime, when set, are the host ids of a Runtime's own processes (root in the box's user
+	// namespace): the idmapped mounts also map them, to on-disk nobody, so that the runtime can
+	// create a file there before it gives the file to the agent's uid (runsc's Sentry creates as
+	// itself, then chowns).
+	Runtime *hostIDs
 }
+
+// diskNobody is the on-disk id a Runtime's own ids map to in the idmapped mounts.
+const diskNobody = 65534
 
 // RootSandboxIDs are the host uid and gid that the sandbox user u maps to when cordon runs as
 // root: what owns, on the host, the files the agent makes in a readwrite path, and what such a path
@@ -251,6 +259,26 @@ func idOwner(file string, id int) (string, bool, error) {
 	return "", false, nil
 }
 
+// startIdmapUserns makes the id-mapping user namespace (idmapUserns) in the background, from the
+// launch on, and returns the wait for it, which must be called once (the namespace is the caller's
+// to close). The helper's fork and exec then overlap the caller's preparation of the run instead of
+// lying between it and init's config.
+func startIdmapUserns(exe string, ids hostIDs) func() (*os.File, error) {
+	type result struct {
+		ns  *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		ns, err := idmapUserns(exe, ids)
+		ch <- result{ns, err}
+	}()
+	return func() (*os.File, error) {
+		r := <-ch
+		return r.ns, r.err
+	}
+}
+
 // idmapUserns creates the user namespace that idmaps the workspace's mounts: on-disk uid and gid
 // 0 (root, the caller) appear as ids.UID and ids.GID. A user namespace lives as long as a process or
 // a descriptor holds it; a child is cloned into a new one and stopped by ptrace at its exec (it runs
@@ -265,13 +293,19 @@ func idmapUserns(exe string, ids hostIDs) (*os.File, error) {
 		return nil, err
 	}
 	defer devnull.Close()
+	uidMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.UID, Size: 1}}
+	gidMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.GID, Size: 1}}
+	if rt := ids.Runtime; rt != nil {
+		uidMap = append(uidMap, syscall.SysProcIDMap{ContainerID: diskNobody, HostID: rt.UID, Size: 1})
+		gidMap = append(gidMap, syscall.SysProcIDMap{ContainerID: diskNobody, HostID: rt.GID, Size: 1})
+	}
 	pid, err := syscall.ForkExec(exe, []string{"cordon-idmap"}, &syscall.ProcAttr{
 		Env:   []string{},
 		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.UID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: ids.GID, Size: 1}},
+			UidMappings: uidMap,
+			GidMappings: gidMap,
 			Ptrace:      true,
 			Pdeathsig:   syscall.SIGKILL,
 		},
@@ -372,7 +406,9 @@ const maxHostSources = 250
 // caller's files are the agent's; then each policy mount: idmapped too when it is read-only, with
 // its host owners when it is writable, so that the agent never writes with root's rights outside
 // the workspace (whose changes go through review).
-func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
+//
+// userns is the id-mapping user namespace (idmapUserns); the caller closes it.
+func openHostSources(userns *os.File, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
 	if n := 2 + len(spec.Mounts); n > maxHostSources {
 		return nil, fmt.Errorf("%d policy paths: at most %d can be shown when cordon runs as root", len(spec.Mounts), maxHostSources-2)
 	}
@@ -382,11 +418,6 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 			files = nil
 		}
 	}()
-	userns, err := idmapUserns(exe, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer userns.Close()
 	ws := spec.Workspace
 	source := ws.Source
 	if ws.Overlay == nil {

@@ -108,7 +108,13 @@ func InitMain() int {
 		return 125
 	}
 	report(&startedMsg{Warnings: warnings})
-	code := supervise(pid, sigs)
+	forward := func(s syscall.Signal) { unix.Kill(pid, s) }
+	if cfg.Runtime != nil && !cfg.TTY {
+		// runsc run forwards signals to the command only with a terminal; without one it would
+		// die of them. They go through `runsc kill` instead.
+		forward = func(s syscall.Signal) { killRuntime(cfg.Runtime, s) }
+	}
+	code := supervise(pid, sigs, forward)
 	report(&exitedMsg{Code: code})
 	return code
 }
@@ -167,7 +173,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		return 0, nil, err
 	}
 	stdin, stdout, stderr := os.Stdin, os.Stdout, os.Stderr
-	if cfg.TTY {
+	if cfg.TTY && cfg.Runtime == nil {
 		master, slave, err := openPTY(cfg.TTYRows, cfg.TTYCols)
 		if err := step("creating the pseudo-terminal", err); err != nil {
 			return 0, nil, err
@@ -179,6 +185,22 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		}
 		defer slave.Close()
 		stdin, stdout, stderr = slave, slave, slave
+	}
+	if cfg.Runtime != nil {
+		// The runtime is started on the root: it needs its privileges over init's namespaces, and
+		// applies the limits, its own seccomp filters and the command's identity itself.
+		err := inSandboxRoot(func() error {
+			path, err := lookPath(spec.Args[0], spec.Dir, spec.Env)
+			if err == nil {
+				err = envInterpreter(spec.Args[0], path, spec.Dir, spec.Env)
+			}
+			return err
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+		pid, err := startRuntime(cfg.Runtime, cfg.TTY, stdin, stdout, stderr)
+		return pid, warnings, err
 	}
 	if err := step("setting resource limits", setRlimits(cfg)); err != nil {
 		return 0, nil, err
@@ -243,7 +265,7 @@ var forwardedSignals = []os.Signal{
 // It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
 // LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
 // another thread of init would be refused by Landlock's signal scoping.
-func supervise(pid int, sigs <-chan os.Signal) int {
+func supervise(pid int, sigs <-chan os.Signal, forward func(syscall.Signal)) int {
 	for {
 		for {
 			var ws unix.WaitStatus
@@ -270,7 +292,7 @@ func supervise(pid int, sigs <-chan os.Signal) int {
 		}
 		sig := <-sigs
 		if s, ok := sig.(syscall.Signal); ok && s != unix.SIGCHLD && s != unix.SIGURG {
-			unix.Kill(pid, s)
+			forward(s)
 		}
 	}
 }
@@ -308,6 +330,11 @@ func launchEgress() (wait func() error, err error) {
 	launch, ok := m.(*launchMsg)
 	if !ok {
 		return wait, &sandbox.SetupError{Step: "reading the launch", Err: fmt.Errorf("a %s message instead of the launch", m.kind())}
+	}
+	if len(launch.Publish) > 0 {
+		// From now on, for the whole run: a dial before the command listens is refused, as it
+		// would be for any client.
+		go servePublish(os.NewFile(publishFD, "publish"), launch.Publish)
 	}
 	if launch.Egress == nil {
 		return wait, nil

@@ -80,19 +80,33 @@ func buildBase() error {
 }
 
 // buildRoot completes the root that buildBase began with what the spec names, and pivots into it,
-// leaving nothing of the host visible but what the spec names. srcs, when cordon runs as root, are
+// leaving nothing of the host visible but what the spec names (under a Runtime, it readies the
+// scratch root for the runtime instead and detaches the host's). srcs, when cordon runs as root, are
 // the workspace and policy paths as cordon opened them on the host.
 func buildRoot(cfg *initConfig, srcs *hostSources) error {
 	spec := &cfg.Spec
 	return runSteps([]rootStep{
 		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
-		{"mounting the workspace, home, /tmp and policy paths", func() error { return mountTree(spec, cfg.User.Home, srcs) }},
+		{"mounting the workspace, home, /tmp and policy paths", func() error {
+			// Under a Runtime init is root in its namespace, and the overlay must be made as the
+			// sandbox user still: it writes its upper layer with its maker's ids.
+			var creator *sandbox.User
+			if cfg.Runtime != nil {
+				creator = &cfg.User
+			}
+			return mountTree(spec, cfg.User.Home, srcs, creator)
+		}},
 		{"masking denied paths", func() error { return maskPaths(spec.Masks) }},
 		{"making workspace paths read-only", func() error { return readOnlyPaths(spec.ReadOnly) }},
 		{"sealing the root", func() error {
 			return unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 		}},
-		{"pivoting into the new root", func() error { return enterRoot() }},
+		{"pivoting into the new root", func() error {
+			if cfg.Runtime != nil {
+				return prepareRuntime(cfg.Runtime)
+			}
+			return enterRoot()
+		}},
 	})
 }
 
@@ -203,7 +217,7 @@ func buildEtc(entries []etcEntry) error {
 		case "symlink":
 			err = os.Symlink(e.Target, dst)
 		case "generated":
-			err = os.WriteFile(dst, []byte(e.Content), 0o644)
+			err = os.WriteFile(dst, append([]byte(e.Content), e.Binary...), 0o644)
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
 		case "mountpoint":
@@ -297,7 +311,7 @@ type treeMount struct {
 // mountTree mounts the sandbox's own tree: /tmp, home, the workspace and the policy paths. With
 // srcs (cordon runs as root) the workspace and policy paths are attached from the descriptors
 // cordon made on the host instead of bound from host paths.
-func mountTree(spec *sandbox.Spec, home string, srcs *hostSources) error {
+func mountTree(spec *sandbox.Spec, home string, srcs *hostSources, creator *sandbox.User) error {
 	tmpfs := func(mode string) func(string) error {
 		return func(dst string) error {
 			if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -308,7 +322,12 @@ func mountTree(spec *sandbox.Spec, home string, srcs *hostSources) error {
 	}
 	mounts := []treeMount{{target: "/tmp", mount: tmpfs("1777")}}
 	if home != "" {
-		mounts = append(mounts, treeMount{target: home, mount: tmpfs("0700")})
+		mode := "0700"
+		if creator != nil {
+			// Init is not the sandbox user here: the home is made the user's.
+			mode += fmt.Sprintf(",uid=%d,gid=%d", creator.UID, creator.GID)
+		}
+		mounts = append(mounts, treeMount{target: home, mount: tmpfs(mode)})
 	}
 	ws := spec.Workspace
 	mounts = append(mounts, treeMount{target: ws.Path, mount: func(dst string) error {
@@ -320,7 +339,7 @@ func mountTree(spec *sandbox.Spec, home string, srcs *hostSources) error {
 					return err
 				}
 			}
-			if err := mountOverlay(lower, upper, work, dst); err != nil {
+			if err := mountOverlay(lower, upper, work, dst, creator); err != nil {
 				return &sandbox.SetupError{Step: stepOverlay, Err: sandbox.NoOverlay(err)}
 			}
 			return nil
@@ -368,7 +387,7 @@ func attachLayers(srcs *hostSources, o *sandbox.Overlay) (lower, upper, work str
 		f   *os.File
 		dst string
 	}{{srcs.workspace, scratchLower}, {srcs.layers, scratchLayers}} {
-		if err := os.Mkdir(a.dst, 0o700); err != nil {
+		if err := os.Mkdir(a.dst, 0o711); err != nil {
 			return "", "", "", err
 		}
 		if err := unix.MoveMount(int(a.f.Fd()), "", unix.AT_FDCWD, a.dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -403,8 +422,11 @@ func attachMount(f *os.File, dst string, writable bool) error {
 }
 
 // mountOverlay mounts a copy-on-write view with the new mount API, so that any character in the
-// paths (commas, colons) is passed as data and never parsed as an option separator.
-func mountOverlay(lower, upper, work, dst string) error {
+// paths (commas, colons) is passed as data and never parsed as an option separator. Overlayfs does
+// its work on the upper layer with the credentials of whoever created it; with creator set, that is
+// creator's file-system ids (init's thread takes them for the one call, and then its own back),
+// rather than init's.
+func mountOverlay(lower, upper, work, dst string, creator *sandbox.User) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
@@ -421,7 +443,7 @@ func mountOverlay(lower, upper, work, dst string) error {
 	if err := unix.FsconfigSetFlag(fd, "userxattr"); err != nil {
 		return fmt.Errorf("overlay userxattr: %w", err)
 	}
-	if err := unix.FsconfigCreate(fd); err != nil {
+	if err := asCreator(creator, func() error { return unix.FsconfigCreate(fd) }); err != nil {
 		return fmt.Errorf("create overlay: %w", err)
 	}
 	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
@@ -492,4 +514,43 @@ func enterRoot() error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return os.Chdir("/")
+}
+
+// asCreator runs fn with the file-system uid and gid of u (nil: as init is). Init's main thread is
+// locked to its OS thread, and setfsuid is per thread.
+func asCreator(u *sandbox.User, fn func() error) error {
+	if u == nil {
+		return fn()
+	}
+	uid, gid := unix.Getuid(), unix.Getgid()
+	unix.Setfsgid(u.GID)
+	unix.Setfsuid(u.UID)
+	// Leaving fsuid 0 clears the file-system capabilities from the effective set; the native
+	// init, which is the sandbox user, makes the overlay with them, so they are raised again.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	err := fn()
+	unix.Setfsuid(uid)
+	unix.Setfsgid(gid)
+	if got, _ := unix.SetfsuidRetUid(-1); got != uid {
+		return fmt.Errorf("file-system uid is %d after the overlay, not %d", got, uid)
+	}
+	// A change of credentials clears the parent-death signal, which is what ends the box when
+	// cordon dies: set it again, and if cordon died meanwhile (its end of the status socket is
+	// closed by then), stop here.
+	if perr := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); perr != nil {
+		return fmt.Errorf("restoring the parent-death signal: %w", perr)
+	}
+	fds := []unix.PollFd{{Fd: statusFD, Events: unix.POLLRDHUP}}
+	if n, perr := unix.Poll(fds, 0); perr == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLRDHUP) != 0 {
+		return errors.New("cordon ended while the box was being built")
+	}
+	return err
 }

@@ -1,0 +1,145 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
+)
+
+func TestVersionDate(t *testing.T) {
+	for _, tc := range []struct {
+		v, want string
+		ok      bool
+	}{
+		{"v0.0.0-20260905035102-160fafc42237", "20260905", true},
+		{"v0.0.0-20250101000000-abcdef123456", "20250101", true},
+		{"v1.2.3-pre.0.20260905035102-160fafc42237", "20260905", true},
+		{"release-20260905.0", "20260905", true},
+		{"release-2026.0", "", false},
+		{"VERSION_MISSING", "", false},
+		{"(devel)", "", false},
+		{"v0.0.0-2026x905035102-160fafc42237", "", false},
+	} {
+		got, ok := versionDate(tc.v)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("versionDate(%q) = %q, %v; want %q, %v", tc.v, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestFind: a runsc is found at the given path, else on PATH, else in ~/go/bin; a missing one, a
+// directory, and one whose version cannot be told or is too old are refused with how to get one.
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, version string) string {
+		p := filepath.Join(dir, name, "runsc")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("#!/bin/sh\necho 'runsc version "+version+"'\necho 'spec: 1.2.1'\n"), 0o755)
+		return p
+	}
+	good := script("good", "release-20270101.0")
+	old := script("old", "release-20200101.0")
+	unknown := script("unknown", "VERSION_MISSING")
+	home := filepath.Join(dir, "home")
+	os.MkdirAll(filepath.Join(home, "go", "bin"), 0o755)
+	os.Link(good, filepath.Join(home, "go", "bin", "runsc"))
+
+	for _, tc := range []struct {
+		name, path, pathEnv, home, want, err string
+	}{
+		{"explicit", good, "", "", good, ""},
+		{"on PATH", "", "relative:" + filepath.Dir(good), "", good, ""},
+		{"go bin", "", "/nonexistent", home, filepath.Join(home, "go", "bin", "runsc"), ""},
+		{"missing", "", "/nonexistent", "", "", "runsc not found on PATH"},
+		{"a directory", dir, "", "", "", "not an executable file"},
+		{"too old", old, "", "", "", "older than " + MinVersion},
+		{"no version", unknown, "", "", "", "cannot tell the date"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Find(tc.path, tc.pathEnv, tc.home)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "go install gvisor.dev/gvisor/runsc@") {
+					t.Fatalf("Find = %+v, %v; want an error with %q and how to get runsc", r, err, tc.err)
+				}
+				return
+			}
+			if err != nil || r.Path != tc.want {
+				t.Fatalf("Find = %+v, %v; want %s", r, err, tc.want)
+			}
+		})
+	}
+	if p := "/root/go/bin/runsc"; os.Geteuid() == 0 {
+		if _, err := os.Stat(p); err == nil {
+			// A `go install`ed runsc carries its module version in its build information.
+			r, err := Find(p, "", "")
+			if err != nil || r.Version != MinVersion && !strings.HasPrefix(r.Version, "v0.0.0-") {
+				t.Errorf("Find(%s) = %+v, %v", p, r, err)
+			}
+		}
+	}
+}
+
+// TestConfig: the OCI spec carries the command behind the guest shim, the user without
+// capabilities, the limits, and binds for policy mounts, masks and read-only paths.
+func TestConfig(t *testing.T) {
+	spec := &sandbox.Spec{
+		Args: []string{"sh", "-c", "true"}, Env: []string{"PATH=/usr/bin"}, Dir: "/w", Hostname: "box",
+		Workspace: sandbox.Workspace{Path: "/w", Source: "/src"},
+		Mounts:    []sandbox.Mount{{Source: "/opt/a/b", Writable: true}, {Source: "/opt/x"}},
+		Masks:     []string{"/w/.env"},
+		ReadOnly:  []string{"/w/.git/hooks", "/w/.git/config"},
+		Limits:    sandbox.Limits{OpenFiles: 1024},
+	}
+	rs := &linux.RuntimeSpec{Spec: spec, Args: []string{"/etc/cordon/guest-exec", "default", "--", "sh", "-c", "true"},
+		User: sandbox.User{UID: 1000, GID: 1000, Name: "u", Home: "/home/u"}, Root: "/newroot", Nproc: 64}
+	b, err := Config(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got ociSpec
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Process.Args, rs.Args) || got.Process.Cwd != "/w" || got.Hostname != "box" || !got.Process.NoNewPrivileges {
+		t.Errorf("process = %+v, hostname %q", got.Process, got.Hostname)
+	}
+	if got.Process.User.UID != 1000 || len(got.Process.Capabilities.Bounding)+len(got.Process.Capabilities.Effective) != 0 {
+		t.Errorf("user %+v, capabilities %+v", got.Process.User, got.Process.Capabilities)
+	}
+	wantLimits := []ociRlim{{Type: "RLIMIT_CORE"}, {"RLIMIT_NOFILE", 1024, 1024}, {"RLIMIT_NPROC", 64, 64}}
+	if !reflect.DeepEqual(got.Process.Rlimits, wantLimits) {
+		t.Errorf("rlimits = %+v, want %+v", got.Process.Rlimits, wantLimits)
+	}
+	var binds []string
+	for _, m := range got.Mounts {
+		if m.Type == "bind" {
+			binds = append(binds, m.Destination+"<"+m.Source+" "+strings.Join(m.Options, ","))
+		}
+	}
+	want := []string{
+		"/opt/x</newroot/opt/x rbind,ro,nosuid,nodev",
+		"/opt/a/b</newroot/opt/a/b rbind,rw,nosuid,nodev",
+		"/w/.env</newroot/w/.env rbind,ro,nosuid,nodev",
+		"/w/.git/hooks</newroot/w/.git/hooks rbind,ro,nosuid,nodev",
+		"/w/.git/config</newroot/w/.git/config rbind,ro,nosuid,nodev",
+	}
+	if !reflect.DeepEqual(binds, want) {
+		t.Errorf("binds =\n%q\nwant\n%q", binds, want)
+	}
+	for _, ns := range got.Linux.Namespaces {
+		if ns.Type == "network" || ns.Type == "user" {
+			t.Errorf("the spec asks for a %s namespace: runsc must stay in the box's", ns.Type)
+		}
+	}
+	if _, err := Config(&linux.RuntimeSpec{Spec: &sandbox.Spec{}}); err == nil {
+		t.Error("Config without a command succeeded")
+	}
+}

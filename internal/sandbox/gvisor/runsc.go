@@ -1,0 +1,123 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"debug/buildinfo"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// MinVersion is the oldest runsc this tier accepts: the gVisor module version it was built and
+// tested against (a pseudo-version of gvisor.dev/gvisor; release builds are named release-DATE.N).
+// Older ones may lack what the tier relies on (systrap, --host-uds, --overlay2=none).
+const MinVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// minDate is MinVersion's commit date, which release names are compared by.
+const minDate = "20260905"
+
+// HowToGet says how to get a runsc, for the one line that names a missing or old one. cordon never
+// downloads anything itself.
+const HowToGet = "build it with `CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + MinVersion + "` (or install a gVisor release) and put it on PATH or name it in sandbox.runsc"
+
+// ErrNotFound says that no runsc was found.
+var ErrNotFound = errors.New("runsc not found")
+
+// Runsc is a runsc binary that passed the checks.
+type Runsc struct {
+	// Path is its absolute path.
+	Path string
+	// Version is its module version (or release name).
+	Version string
+}
+
+// Find locates runsc: at path when it is given (sandbox.runsc), else on PATH (the caller's, given
+// as pathEnv), else in $HOME/go/bin where `go install` leaves it, and checks its version.
+func Find(path, pathEnv, home string) (*Runsc, error) {
+	if path == "" {
+		for _, dir := range filepath.SplitList(pathEnv) {
+			if p := filepath.Join(dir, "runsc"); dir != "" && filepath.IsAbs(dir) && isExec(p) {
+				path = p
+				break
+			}
+		}
+	}
+	if path == "" && home != "" && isExec(filepath.Join(home, "go", "bin", "runsc")) {
+		path = filepath.Join(home, "go", "bin", "runsc")
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w on PATH: %s", ErrNotFound, HowToGet)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if !isExec(abs) {
+		return nil, fmt.Errorf("%w at %s (not an executable file): %s", ErrNotFound, abs, HowToGet)
+	}
+	v, err := version(abs)
+	if err != nil {
+		return nil, fmt.Errorf("runsc at %s: %w: %s", abs, err, HowToGet)
+	}
+	return &Runsc{Path: abs, Version: v}, nil
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// version reads runsc's version from its build information (a `go install`ed runsc carries the
+// module version there and prints VERSION_MISSING), or from `runsc --version` for a release build,
+// and refuses one older than MinVersion.
+func version(path string) (string, error) {
+	var v string
+	if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Path == "gvisor.dev/gvisor" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	} else {
+		out, err := exec.Command(path, "--version").Output()
+		if err != nil {
+			return "", fmt.Errorf("cannot tell its version: %w", err)
+		}
+		first, _, _ := strings.Cut(string(out), "\n")
+		v = strings.TrimSpace(strings.TrimPrefix(first, "runsc version "))
+	}
+	date, ok := versionDate(v)
+	if !ok {
+		return "", fmt.Errorf("cannot tell the date of its version %q", v)
+	}
+	if date < minDate {
+		return "", fmt.Errorf("version %s is older than %s", v, MinVersion)
+	}
+	return v, nil
+}
+
+// versionDate is the YYYYMMDD date a runsc version names: a pseudo-version's commit time
+// (v0.0.0-YYYYMMDDhhmmss-hash) or a release name (release-YYYYMMDD.N).
+func versionDate(v string) (string, bool) {
+	var d string
+	switch {
+	case strings.HasPrefix(v, "release-"):
+		d, _, _ = strings.Cut(strings.TrimPrefix(v, "release-"), ".")
+	case strings.Count(v, "-") >= 2:
+		parts := strings.Split(v, "-")
+		d = parts[len(parts)-2]
+		if i := strings.LastIndex(d, "."); i >= 0 { // vX.Y.Z-pre.0.YYYYMMDD…
+			d = d[i+1:]
+		}
+	}
+	if len(d) < 8 {
+		return "", false
+	}
+	d = d[:8]
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return d, true
+}
