@@ -86,10 +86,11 @@ func newDirs(before, after []string) []string {
 // TestServicesFixtures: the agent's psql and redis-cli find the fixtures' data at the URLs cordon
 // put in its environment, its writes work, and nothing of them is left after the run: a second run
 // sees the fixtures alone, and no server directory remains. A production URL in the caller's
-// environment and in the project's .env never reaches the agent: it gets the fixture's.
+// environment and in the project's .env never reaches the agent: it gets the fixture's. In both
+// tiers: the servers and the gateway are outside the box either way.
 func TestServicesFixtures(t *testing.T) {
 	requireServers(t)
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		h.svcFixtures()
 		// Split at the password, so that this file holds no connection string itself.
 		prod := "postgres://admin:" + "hunter2@prod.example.com/app"
