@@ -1,0 +1,132 @@
+package presets
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/policy"
+)
+
+// TestNpmView: the project's .npmrc (read from the workspace, however cordon was started), the
+// user's with a ${VAR} token, and an npm_config_ variable make the registries allowed, the tokens
+// credentials for their hosts alone, and files that name only references to them.
+func TestNpmView(t *testing.T) {
+	dir := t.TempDir()
+	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
+	for p, body := range map[string]string{
+		filepath.Join(ws, ".npmrc"):   "registry=https://reg.internal/\n//reg.internal/:_authToken=PROJECTSECRET\nstrict-ssl=true\n",
+		filepath.Join(home, ".npmrc"): "@acme:registry=https://acme.internal:8443/npm/\n//acme.internal:8443/npm/:_authToken=${ACME}\n_auth=BASICSECRET\ncafile=/etc/x.pem\n",
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var asked string
+	src := Source{
+		Env:       []string{"HOME=" + home, "ACME=USERSECRET", "npm_config_//other.internal/:_authToken=ENVSECRET"},
+		Workspace: ws,
+		Run: func(_ context.Context, _ []string, d, name string, _ ...string) ([]byte, error) {
+			asked = d
+			return []byte(`{"registry": "https://reg.internal/", "@acme:registry": "https://acme.internal:8443/npm/",
+				"userconfig": "` + filepath.Join(home, ".npmrc") + `", "globalconfig": "/nonexistent/npmrc", "prefix": "/usr"}`), nil
+		},
+	}
+	v, err := src.View([]string{"npm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked != ws {
+		t.Errorf("npm was asked in %q, want the workspace %q", asked, ws)
+	}
+	eps, _ := v.Preset("npm")
+	if want := []policy.Endpoint{{Host: "reg.internal", Ports: []uint16{443}}, {Host: "acme.internal", Ports: []uint16{8443}}}; !endpointsEqual(eps, want) {
+		t.Errorf("endpoints %v, want %v", eps, want)
+	}
+	got := map[string]Token{}
+	for _, tk := range v.Tokens {
+		got[tk.Host] = tk
+	}
+	for host, want := range map[string]string{"reg.internal": "PROJECTSECRET", "acme.internal": "USERSECRET", "other.internal": "ENVSECRET"} {
+		if tk := got[host]; tk.Value != want || tk.Scheme != "bearer" || tk.Name == "" {
+			t.Errorf("token for %s: %+v, want %s as bearer", host, tk, want)
+		}
+	}
+	env, files := v.Render(map[string]string{got["reg.internal"].Name: "PH1", got["acme.internal"].Name: "PH2", got["other.internal"].Name: "PH3"})
+	all := strings.Join(env, "\n")
+	var user, project string
+	for _, f := range files {
+		all += string(f.Content)
+		switch {
+		case f.HomeRel == ".npmrc":
+			user = string(f.Content)
+		case f.Replaces == filepath.Join(ws, ".npmrc"):
+			project = string(f.Content)
+		}
+	}
+	if strings.Contains(all, "SECRET") {
+		t.Fatalf("a token is in what the sandbox gets:\n%s", all)
+	}
+	for _, want := range []string{"registry=https://reg.internal/\n", "@acme:registry=https://acme.internal:8443/npm/\n", "//reg.internal/:_authToken=PH1\n", "//acme.internal:8443/npm/:_authToken=PH2\n", "//other.internal/:_authToken=PH3\n", "cafile=/etc/x.pem\n"} {
+		if !strings.Contains(user, want) {
+			t.Errorf("user config lacks %q:\n%s", want, user)
+		}
+	}
+	if project != "registry=https://reg.internal/\nstrict-ssl=true\n" {
+		t.Errorf("project config copy is %q, want it without its auth line", project)
+	}
+	if len(v.Notes) != 1 || !strings.Contains(v.Notes[0], "_auth") {
+		t.Errorf("notes %q, want one about _auth not carried over", v.Notes)
+	}
+}
+
+// TestGoAndPipViews: the settings reach the sandbox's environment, and a password in a proxy or index
+// URL becomes a Basic token for that host with a reference in its place.
+func TestGoAndPipViews(t *testing.T) {
+	src := Source{Run: fakeTools(map[string]string{
+		"go":      "https://u:GOSECRET@goproxy.internal/,direct\nsum.internal\ncorp.internal/*\ncorp.internal/*\n\n\n/nonexistent\n",
+		"python3": "index-url https://me:PIPSECRET@pypi.internal/simple\nextra-index-url https://extra.internal/simple\n",
+	})}
+	v, err := src.View([]string{"go", "pypi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Tokens) != 2 {
+		t.Fatalf("tokens %+v, want two", v.Tokens)
+	}
+	want := map[string]Token{
+		"goproxy.internal": {Name: "CORDON_GO_TOKEN_1", Host: "goproxy.internal", Value: "GOSECRET", Scheme: "basic"},
+		"pypi.internal":    {Name: "CORDON_PYPI_TOKEN_2", Host: "pypi.internal", Value: "PIPSECRET", Scheme: "basic"},
+	}
+	for _, tk := range v.Tokens {
+		tk.From = ""
+		if !reflect.DeepEqual(tk, want[tk.Host]) {
+			t.Errorf("token %+v, want %+v", tk, want[tk.Host])
+		}
+	}
+	env, _ := v.Render(map[string]string{"CORDON_GO_TOKEN_1": "GOPH", "CORDON_PYPI_TOKEN_2": "PIPPH"})
+	wantEnv := []string{"GOPROXY=https://u:GOPH@goproxy.internal/,direct", "GOSUMDB=sum.internal", "GONOSUMDB=corp.internal/*", "GOPRIVATE=corp.internal/*",
+		"PIP_INDEX_URL=https://me:PIPPH@pypi.internal/simple", "PIP_EXTRA_INDEX_URL=https://extra.internal/simple"}
+	if !reflect.DeepEqual(env, wantEnv) {
+		t.Errorf("env %q, want %q", env, wantEnv)
+	}
+}
+
+func TestToolchain(t *testing.T) {
+	env := []string{"HOME=/home/u", "NVM_DIR=/opt/nvm"}
+	for dir, want := range map[string]string{
+		"/opt/nvm/versions/node/v20/bin": "npm",
+		"/home/u/.nvm/versions/node/bin": "npm",
+		"/home/u/.pyenv/shims":           "pypi",
+		"/home/u/sdk/go1.22/bin":         "go",
+		"/home/u/bin":                    "",
+	} {
+		if got := Toolchain(dir, env); got != want {
+			t.Errorf("Toolchain(%s) = %q, want %q", dir, got, want)
+		}
+	}
+}
