@@ -4,9 +4,11 @@ package main
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha1"
+	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +181,129 @@ func TestHintNamesToolchainPreset(t *testing.T) {
 		r := h.cordon([]string{"PATH=" + bin + ":/usr/bin:/bin"}, "", "run", "--policy", h.policy("network:\n  allow: [example.test]\n"), "--", "nvmtool")
 		if r.code != 127 || !strings.Contains(r.stderr, "the npm preset shows") || !strings.Contains(r.stderr, "network.presets: [npm]") {
 			t.Fatalf("the hint does not name the npm preset:\n%s", r)
+		}
+	})
+}
+
+// pythonWheel is a minimal real wheel of package cordon_demo 1.0.
+func pythonWheel(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range []struct{ name, body string }{
+		{"cordon_demo/__init__.py", "MSG = 'FROM-WHEEL'\n"},
+		{"cordon_demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: cordon-demo\nVersion: 1.0\n"},
+		{"cordon_demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		{"cordon_demo-1.0.dist-info/RECORD", ""},
+	} {
+		w, err := zw.Create(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(f.body))
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// TestPipPresetIndexWithPassword: PIP_INDEX_URL with a user and password (the way private indexes are
+// configured) reaches pip inside with a placeholder for the password; a real `pip install` from a PEP
+// 503 index over HTTPS works, the index receives the real password, and the sandbox never sees it.
+func TestPipPresetIndexWithPassword(t *testing.T) {
+	requireTool(t, "python3")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		whl := pythonWheel(t)
+		sum := sha256.Sum256(whl)
+		var mu sync.Mutex
+		seen := map[string]string{}
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pass, _ := r.BasicAuth()
+			mu.Lock()
+			seen[r.URL.Path] = user + ":" + pass
+			mu.Unlock()
+			switch r.URL.Path {
+			case "/simple/cordon-demo/":
+				fmt.Fprintf(w, `<html><body><a href="/files/cordon_demo-1.0-py3-none-any.whl#sha256=%x">cordon_demo-1.0-py3-none-any.whl</a></body></html>`, sum)
+			case "/files/cordon_demo-1.0-py3-none-any.whl":
+				w.Write(whl)
+			default:
+				http.NotFound(w, r)
+			}
+		}), "pypi.test")
+		secret := "pw" + h.canary + "REAL"
+		pol := h.policy(fmt.Sprintf("network:\n  presets: [pypi]\n  hosts: {pypi.test: 127.0.0.1}\n  tls: {caFile: %q}\n", caFile))
+		script := `python3 -m pip install --disable-pip-version-check --no-deps -q --target "$HOME/t" cordon-demo || exit 1
+PYTHONPATH="$HOME/t" python3 -c 'import cordon_demo; print(cordon_demo.MSG)'
+echo "INDEX=$PIP_INDEX_URL"
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+grep -rs "REAL" "$HOME" /etc /tmp . && echo FOUND-IN-FILES
+true`
+		r := h.cordon([]string{fmt.Sprintf("PIP_INDEX_URL=https://me:%s@pypi.test:%d/simple/", secret, port), "PIP_CONFIG_FILE=/dev/null"}, "",
+			"run", "--policy", pol, "--", "sh", "-c", script)
+		if r.code != 0 || !strings.Contains(r.stdout, "FROM-WHEEL") || !strings.Contains(r.stdout, "INDEX=https://me:") {
+			t.Fatalf("pip install inside did not work through the preset:\n%s", r)
+		}
+		if strings.Contains(r.stdout+r.stderr, "REAL") {
+			t.Fatalf("the index password reached the sandbox or cordon's output:\n%s", r)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := seen["/simple/cordon-demo/"]; got != "me:"+secret {
+			t.Errorf("the index saw credentials %q, want the real password", got)
+		}
+	})
+}
+
+// TestGoPresetModuleProxy: a real `go mod download` inside fetches from the caller's GOPROXY (a module
+// proxy tree served over HTTPS) with the caller's GOSUMDB=off and GOFLAGS unset, the settings coming
+// from the caller's go env file.
+func TestGoPresetModuleProxy(t *testing.T) {
+	requireTool(t, "go")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var modZip bytes.Buffer
+		zw := zip.NewWriter(&modZip)
+		for name, body := range map[string]string{"go.mod": "module example.test/m\n\ngo 1.21\n", "m.go": "package m\n\nconst Msg = \"FROM-PROXY\"\n"} {
+			w, _ := zw.Create("example.test/m@v1.0.0/" + name)
+			w.Write([]byte(body))
+		}
+		zw.Close()
+		var mu sync.Mutex
+		var paths []string
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			paths = append(paths, r.URL.Path)
+			mu.Unlock()
+			switch r.URL.Path {
+			case "/example.test/m/@v/list":
+				fmt.Fprint(w, "v1.0.0\n")
+			case "/example.test/m/@v/v1.0.0.info":
+				fmt.Fprint(w, `{"Version": "v1.0.0", "Time": "2024-01-01T00:00:00Z"}`)
+			case "/example.test/m/@v/v1.0.0.mod":
+				fmt.Fprint(w, "module example.test/m\n\ngo 1.21\n")
+			case "/example.test/m/@v/v1.0.0.zip":
+				w.Write(modZip.Bytes())
+			default:
+				http.NotFound(w, r)
+			}
+		}), "goproxy.test")
+		h.writeFile(filepath.Join(h.home, ".config", "go", "env"), fmt.Sprintf("GOPROXY=https://goproxy.test:%d\nGOSUMDB=off\n", port), 0o644)
+		h.writeFile(filepath.Join(h.ws, "go.mod"), "module app\n\ngo 1.21\n\nrequire example.test/m v1.0.0\n", 0o644)
+		// Inspected, so that go inside trusts the run's CA (a private CA on a passthrough host is the
+		// trust half of issue 13, not this test's).
+		pol := h.policy(fmt.Sprintf("network:\n  presets: [go]\n  hosts: {goproxy.test: 127.0.0.1}\n  tls: {caFile: %q, inspect: [goproxy.test]}\n", caFile))
+		r := h.cordon([]string{"PATH=" + filepath.Dir(goBin) + ":/usr/bin:/bin"}, "", "run", "--policy", pol, "--", "sh", "-c",
+			`go mod download -json example.test/m && cat "$(go env GOMODCACHE)/example.test/m@v1.0.0/m.go"`)
+		if r.code != 0 || !strings.Contains(r.stdout, "FROM-PROXY") {
+			t.Fatalf("go mod download inside did not use the caller's proxy:\n%s", r)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(paths, "/example.test/m/@v/v1.0.0.zip") {
+			t.Errorf("the proxy served %v, not the module's zip", paths)
 		}
 	})
 }
