@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -66,16 +67,18 @@ func RootSandboxIDs(u sandbox.User) (uid, gid int, err error) {
 
 // idFiles are the host files the range and its collisions are read from (other paths in tests).
 type idFiles struct {
-	SubUID, SubGID, Passwd, Group string
+	SubUID, SubGID, Passwd, Group, NSSwitch string
 }
 
 // hostIDFiles are the host's own.
 func hostIDFiles() idFiles {
-	return idFiles{SubUID: "/etc/subuid", SubGID: "/etc/subgid", Passwd: "/etc/passwd", Group: "/etc/group"}
+	return idFiles{SubUID: "/etc/subuid", SubGID: "/etc/subgid", Passwd: "/etc/passwd", Group: "/etc/group", NSSwitch: "/etc/nsswitch.conf"}
 }
 
 // rootHostIDs picks the host ids for the sandbox user u from the reserved range, refusing ids that
-// an account or group of the host owns (the agent would act with its rights).
+// an account or group of the host owns, or that another user's subordinate range hands out (the
+// agent would act with its rights, or that user's containers with the agent's). A file that exists
+// but cannot be read is an error: it may name the owner.
 func rootHostIDs(u sandbox.User, files idFiles) (hostIDs, error) {
 	uid, err := fromRange(files.SubUID, u.UID)
 	if err != nil {
@@ -85,13 +88,109 @@ func rootHostIDs(u sandbox.User, files idFiles) (hostIDs, error) {
 	if err != nil {
 		return hostIDs{}, err
 	}
-	if name, ok := idOwner(files.Passwd, uid); ok {
-		return hostIDs{}, fmt.Errorf("host uid %d, where the sandbox user would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", uid, name, idRangeUser, files.SubUID)
-	}
-	if name, ok := idOwner(files.Group, gid); ok {
-		return hostIDs{}, fmt.Errorf("host gid %d, where the sandbox group would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", gid, name, idRangeUser, files.SubGID)
+	for _, c := range []struct {
+		kind, db, sub, file, subFile string
+		id                           int
+	}{
+		{"uid", "passwd", "user", files.Passwd, files.SubUID, uid},
+		{"gid", "group", "group", files.Group, files.SubGID, gid},
+	} {
+		name, ok, err := idOwner(c.file, c.id)
+		if err == nil && !ok {
+			name, ok, err = nssOwner(files.NSSwitch, c.db, c.id)
+		}
+		if err != nil {
+			return hostIDs{}, fmt.Errorf("checking that host %s %d, where the sandbox %s would map, belongs to no one: %w", c.kind, c.id, c.sub, err)
+		}
+		if ok {
+			return hostIDs{}, fmt.Errorf("host %s %d, where the sandbox %s would map, belongs to %q; reserve a free range with a line \"%s:BASE:COUNT\" in %s", c.kind, c.id, c.sub, name, idRangeUser, c.subFile)
+		}
+		name, ok, err = subordinateOwner(c.subFile, c.id)
+		if err != nil {
+			return hostIDs{}, err
+		}
+		if ok {
+			return hostIDs{}, fmt.Errorf("host %s %d, where the sandbox %s would map, is in the subordinate range of %q in %s; reserve a range no one else has with a line \"%s:BASE:COUNT\" there", c.kind, c.id, c.sub, name, c.subFile, idRangeUser)
+		}
 	}
 	return hostIDs{UID: uid, GID: gid}, nil
+}
+
+// subordinateOwner reports another name than cordon's whose range in a subuid or subgid file holds
+// id (a name may have several lines; each is a range).
+func subordinateOwner(file string, id int) (string, bool, error) {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(strings.TrimSpace(line), ":")
+		if len(fields) != 3 || fields[0] == idRangeUser {
+			continue
+		}
+		b, err1 := strconv.ParseUint(fields[1], 10, 32)
+		c, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue // not a range: the tools that use the file ignore it too
+		}
+		if uint64(id) >= b && uint64(id) < b+c {
+			return fields[0], true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// nssOwner asks the name service, through getent, who owns id, when nsswitch.conf names a source
+// for db beyond the local files that idOwner read (LDAP, SSSD, NIS): an account there is an account
+// too. Without such a source nothing is run.
+func nssOwner(nsswitch, db string, id int) (string, bool, error) {
+	data, err := os.ReadFile(nsswitch)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if !remoteSources(data, db) {
+		return "", false, nil
+	}
+	out, err := exec.Command("getent", db, strconv.Itoa(id)).Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		return "", false, nil // getent's "not found"
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("nsswitch.conf names other sources for %s; asking getent: %w", db, err)
+	}
+	name, _, _ := strings.Cut(string(out), ":")
+	return name, true, nil
+}
+
+// remoteSources reports whether the nsswitch.conf contents name, for db, a source other than the
+// local files (files, compat without NIS entries is close enough to files to be read by idOwner)
+// and systemd's dynamic users (which never take ids of cordon's range).
+func remoteSources(data []byte, db string) bool {
+	for _, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(key) != db {
+			continue
+		}
+		for _, src := range strings.Fields(rest) {
+			if strings.HasPrefix(src, "[") {
+				continue // an action, [NOTFOUND=return]
+			}
+			switch src {
+			case "files", "systemd", "compat":
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fromRange is BASE+id for the range file gives "cordon", or for the default range.
@@ -132,20 +231,24 @@ func parseSubordinate(data []byte, name string) (base, count int, found bool, er
 	return 0, 0, false, nil
 }
 
-// idOwner reports the name that owns id in a passwd or group file (NAME:x:ID:...).
-func idOwner(file string, id int) (string, bool) {
+// idOwner reports the name that owns id in a passwd or group file (NAME:x:ID:...); a file that is
+// absent owns nothing, one that cannot be read is an error.
+func idOwner(file string, id int) (string, bool, error) {
 	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
 	if err != nil {
-		return "", false
+		return "", false, err
 	}
 	want := strconv.Itoa(id)
 	for _, line := range strings.Split(string(b), "\n") {
 		fields := strings.Split(line, ":")
 		if len(fields) >= 3 && fields[2] == want {
-			return fields[0], true
+			return fields[0], true, nil
 		}
 	}
-	return "", false
+	return "", false, nil
 }
 
 // idmapUserns creates the user namespace that idmaps the workspace's mounts: on-disk uid and gid
@@ -192,11 +295,40 @@ func idmapUserns(exe string, ids hostIDs) (*os.File, error) {
 	return ns, nil
 }
 
-// detachedMount returns a detached copy of the mount tree at path (recursively), made by cordon on
-// the host so that init needs no access to the path itself. With userns, the copy is idmapped
-// through it; readOnly makes it read-only as well.
-func detachedMount(path string, userns *os.File, readOnly bool) (*os.File, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+// errNotAsChecked is why openResolved refuses a path: it is no longer what was checked.
+var errNotAsChecked = errors.New("the path changed after it was checked")
+
+// openResolved opens path, which the caller resolved with every symbolic link followed and then
+// checked (not in the project when writable, not overlapping cordon's state), as an O_PATH descriptor
+// that pins what was checked. As root, cordon opens these paths with root's rights, so a component
+// that became a symbolic link in between (swapped by another run's agent through a writable policy
+// path, say) must not be followed: openat2 with RESOLVE_NO_SYMLINKS refuses it, and the descriptor's
+// own path must still be the one checked.
+func openResolved(path string) (*os.File, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s: a component of the path is a symbolic link now, after the path was resolved and checked; refusing to follow it with root's rights: %w", path, errNotAsChecked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if got, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || got != path {
+		f.Close()
+		return nil, fmt.Errorf("%s: opened as %q, not the path that was checked; refusing it: %w", path, got, errNotAsChecked)
+	}
+	return f, nil
+}
+
+// detachedMount returns a detached copy of the mount tree at dir (recursively), an O_PATH descriptor
+// from openResolved, made by cordon on the host so that init needs no access to the path itself.
+// With userns, the copy is idmapped through it; readOnly makes it read-only as well.
+func detachedMount(dir *os.File, userns *os.File, readOnly bool) (*os.File, error) {
+	path := dir.Name()
+	fd, err := unix.OpenTree(int(dir.Fd()), "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return nil, fmt.Errorf("open_tree %s: %w", path, err)
 	}
@@ -219,6 +351,16 @@ func detachedMount(path string, userns *os.File, readOnly bool) (*os.File, error
 		}
 	}
 	return f, nil
+}
+
+// detachedMountAt is detachedMount of the path, opened with openResolved.
+func detachedMountAt(path string, userns *os.File, readOnly bool) (*os.File, error) {
+	dir, err := openResolved(path)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return detachedMount(dir, userns, readOnly)
 }
 
 // maxHostSources bounds the descriptors one message carries (the kernel's SCM_MAX_FD is 253).
@@ -246,8 +388,17 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 	}
 	defer userns.Close()
 	ws := spec.Workspace
-	src, err := detachedMount(ws.Source, userns, ws.Overlay != nil)
-	if err != nil && ws.Overlay != nil {
+	source := ws.Source
+	if ws.Overlay == nil {
+		// The copy is in cordon's own state directory, which no agent can write: its links are
+		// resolved here. The project itself (the overlay's lower layer) was resolved when it was
+		// chosen, and must still be what was resolved.
+		if real, err := filepath.EvalSymlinks(source); err == nil {
+			source = real
+		}
+	}
+	src, err := detachedMountAt(source, userns, ws.Overlay != nil)
+	if err != nil && ws.Overlay != nil && !errors.Is(err, errNotAsChecked) {
 		// The project's file system cannot be idmapped (ramfs, some network and FUSE file
 		// systems): the caller falls back to a copy in cordon's state directory, as it does when
 		// overlayfs itself is unavailable, and that copy is idmapped instead.
@@ -262,27 +413,26 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 		if filepath.Dir(ws.Overlay.Work) != layers {
 			return files, fmt.Errorf("the overlay's upper (%s) and work (%s) directories are not in one directory", ws.Overlay.Upper, ws.Overlay.Work)
 		}
-		f, err := detachedMount(layers, userns, false)
+		// cordon's own directory, which no agent can write: its links (a state root under a
+		// linked home, say) are resolved here.
+		if real, err := filepath.EvalSymlinks(layers); err == nil {
+			layers = real
+		}
+		f, err := detachedMountAt(layers, userns, false)
 		if err != nil {
 			return files, err
 		}
 		files = append(files, f)
 	}
 	for _, m := range spec.Mounts {
-		var f *os.File
-		if !m.Writable {
-			// Read-only, the caller's files may as well read as the agent's own (a 0600 file of
-			// root's stays readable, as the policy asked): nothing of them can change. A tree with a
-			// file system that cannot be idmapped is shown with its host owners instead.
-			if f, err = detachedMount(m.Source, userns, true); err != nil {
-				w.Printf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err)
-				f = nil
-			}
+		dir, err := openResolved(m.Source)
+		if err != nil {
+			return files, err
 		}
-		if f == nil {
-			if f, err = detachedMount(m.Source, nil, false); err != nil {
-				return files, err
-			}
+		f, err := policyMount(dir, m, userns, w)
+		dir.Close()
+		if err != nil {
+			return files, err
 		}
 		if m.Writable && !mayWrite(f, ids) {
 			w.Printf("filesystem.readwrite: %s is not writable by uid %d, as which the agent writes there when cordon runs as root; give it access (chown or an ACL) or run cordon as an ordinary user", m.Source, ids.UID)
@@ -290,6 +440,22 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// policyMount is the detached copy of one policy path: idmapped and read-only for a read-only path
+// where its file system allows, else with its host owners.
+func policyMount(dir *os.File, m sandbox.Mount, userns *os.File, w warn.Func) (*os.File, error) {
+	if !m.Writable {
+		// Read-only, the caller's files may as well read as the agent's own (a 0600 file of root's
+		// stays readable, as the policy asked): nothing of them can change. A tree with a file
+		// system that cannot be idmapped is shown with its host owners instead.
+		f, err := detachedMount(dir, userns, true)
+		if err == nil {
+			return f, nil
+		}
+		w.Printf("filesystem.readonly: %s is shown with its host owners (%v)", m.Source, err)
+	}
+	return detachedMount(dir, nil, false)
 }
 
 // mayWrite guesses from its owner and mode whether the agent's host ids may write the root of a

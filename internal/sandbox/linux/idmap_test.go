@@ -46,10 +46,11 @@ func TestParseSubordinate(t *testing.T) {
 func TestRootHostIDs(t *testing.T) {
 	u := sandbox.User{UID: 1000, GID: 1000, Name: "cordon", Home: "/home/cordon"}
 	for _, tc := range []struct {
-		name                          string
-		subuid, subgid, passwd, group string
-		uid, gid                      int
-		wantErr                       string
+		name                                    string
+		subuid, subgid, passwd, group, nsswitch string
+		uid, gid                                int
+		wantErr                                 string
+		unreadablePasswd                        bool
 	}{
 		{name: "default range", passwd: "root:x:0:0::/root:/bin/sh\n", uid: DefaultIDBase + 1000, gid: DefaultIDBase + 1000},
 		{name: "reserved range", subuid: "cordon:300000:65536\n", subgid: "cordon:500000:65536\n", uid: 301000, gid: 501000},
@@ -57,6 +58,14 @@ func TestRootHostIDs(t *testing.T) {
 		{name: "uid of an account", subuid: "cordon:0:65536\n", wantErr: "malformed"},
 		{name: "collides with a user", subuid: "cordon:1000:65536\n", passwd: "dev:x:2000:2000::/home/dev:/bin/sh\n", wantErr: `belongs to "dev"`},
 		{name: "collides with a group", subgid: "cordon:1000:65536\n", group: "devs:x:2000:\n", wantErr: `belongs to "devs"`},
+		{name: "in another user's subordinate uids", subuid: "alice:100000:65536\ncordon:100000:65536\n", wantErr: `subordinate range of "alice"`},
+		{name: "in another group's subordinate gids", subgid: "bob:2000001000:10\n", wantErr: `subordinate range of "bob"`},
+		{name: "a subordinate range beside it", subuid: "alice:100000:65536\ncordon:165536:65536\n", subgid: "alice:100000:65536\ncordon:165536:65536\n", uid: 166536, gid: 166536},
+		{name: "passwd unreadable", unreadablePasswd: true, wantErr: "belongs to no one"},
+		// getent answers from the machine's own databases: uid 65534 is Debian's "nobody", in no
+		// file of the test's, found only by asking the name service.
+		{name: "accounts from a directory service", subuid: "cordon:64534:65536\n", subgid: "cordon:64534:65536\n", nsswitch: "passwd: files ldap\ngroup: files\n", wantErr: `belongs to "nobody"`},
+		{name: "local files only", nsswitch: "passwd: files systemd\ngroup: compat [NOTFOUND=return] files\n", uid: DefaultIDBase + 1000, gid: DefaultIDBase + 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -69,7 +78,13 @@ func TestRootHostIDs(t *testing.T) {
 				}
 				return p
 			}
-			files := idFiles{SubUID: write("subuid", tc.subuid), SubGID: write("subgid", tc.subgid), Passwd: write("passwd", tc.passwd), Group: write("group", tc.group)}
+			files := idFiles{SubUID: write("subuid", tc.subuid), SubGID: write("subgid", tc.subgid), Passwd: write("passwd", tc.passwd), Group: write("group", tc.group), NSSwitch: write("nsswitch.conf", tc.nsswitch)}
+			if tc.unreadablePasswd {
+				// A directory in its place: reading fails for root too.
+				if err := os.Mkdir(files.Passwd, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
 			ids, err := rootHostIDs(u, files)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -181,5 +196,55 @@ echo y > %[2]s/mine && echo SHARED-OK`, rootDir, shared))
 	}
 	if b, _ := os.ReadFile(filepath.Join(lower, "old.txt")); string(b) != "old\n" {
 		t.Errorf("the lower layer changed: %q", b)
+	}
+}
+
+// TestRootRefusesPathSwappedForLink attacks the window between the run's check of a policy path and
+// cordon opening it with root's rights: the path was resolved and checked as a plain directory, and a
+// component has become a symbolic link to a directory of root's secrets by the time the box starts.
+// The box must refuse to start rather than show the secrets; the control starts the same spec with
+// the path as checked and reads the file that was meant to be shown.
+func TestRootRefusesPathSwappedForLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only cordon running as root opens policy paths with root's rights")
+	}
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o755)
+	ws, shared, secrets := filepath.Join(base, "ws"), filepath.Join(base, "shared"), filepath.Join(base, "secrets")
+	for _, d := range []string{ws, filepath.Join(shared, "data"), secrets} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(secrets, 0o700)
+	os.WriteFile(filepath.Join(shared, "data", "meant.txt"), []byte("MEANT\n"), 0o644)
+	os.WriteFile(filepath.Join(secrets, "meant.txt"), []byte("ROOT-SECRET\n"), 0o600)
+	checked := filepath.Join(shared, "data")
+	run := func() (string, error) {
+		spec := testSpecIn(ws, "cat", filepath.Join(checked, "meant.txt"))
+		spec.Mounts = []sandbox.Mount{{Source: checked}}
+		out, st, err := startSpec(t, spec)
+		if err == nil && st.Code != 0 {
+			t.Logf("exit %d: %s", st.Code, out)
+		}
+		return out, err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "MEANT") {
+		t.Fatalf("control: the checked path is not shown: %q %v", out, err)
+	}
+	// The swap: shared/data is now a link to the secrets, as a process with write access to shared
+	// (another run's agent, through a readwrite path) could make it.
+	if err := os.Rename(checked, filepath.Join(shared, "old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secrets, checked); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run()
+	if strings.Contains(out, "ROOT-SECRET") {
+		t.Fatalf("the box showed root's secrets through a link swapped in after the check: %q", out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("the box started over a swapped path (err %v, output %q); it must refuse", err, out)
 	}
 }
