@@ -162,6 +162,12 @@ func sanitizeNpmrc(text string, env []string) (kept string, auth []npmAuth) {
 				}
 				continue
 			}
+			if u, err := url.Parse(expandNpm(val, env)); err == nil && u.User != nil {
+				// A password in any URL (a proxy's, a registry's): the line is not shown, and the
+				// note says so.
+				auth = append(auth, npmAuth{key: k + " (a URL with a user name)"})
+				continue
+			}
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')

@@ -18,7 +18,7 @@ func TestNpmView(t *testing.T) {
 	dir := t.TempDir()
 	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
 	for p, body := range map[string]string{
-		filepath.Join(ws, ".npmrc"):   "registry=https://reg.internal/\n//reg.internal/:_authToken=PROJECTSECRET\nstrict-ssl=true\n",
+		filepath.Join(ws, ".npmrc"):   "registry=https://reg.internal/\n//reg.internal/:_authToken=PROJECTSECRET\nstrict-ssl=true\nhttps-proxy=http://me:PROXYSECRET@proxy.internal:3128/\n",
 		filepath.Join(home, ".npmrc"): "@acme:registry=https://acme.internal:8443/npm/\n//acme.internal:8443/npm/:_authToken=${ACME}\n_auth=BASICSECRET\ncafile=/etc/x.pem\n",
 	} {
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -79,8 +79,8 @@ func TestNpmView(t *testing.T) {
 	if project != "registry=https://reg.internal/\nstrict-ssl=true\n" {
 		t.Errorf("project config copy is %q, want it without its auth line", project)
 	}
-	if len(v.Notes) != 1 || !strings.Contains(v.Notes[0], "_auth") {
-		t.Errorf("notes %q, want one about _auth not carried over", v.Notes)
+	if len(v.Notes) != 2 || !strings.Contains(v.Notes[0], "_auth") || !strings.Contains(v.Notes[1], "https-proxy") {
+		t.Errorf("notes %q, want one about _auth and one about the proxy URL not carried over", v.Notes)
 	}
 }
 
