@@ -385,6 +385,7 @@ func (r *Run) finish(code int, failed bool) (int, KeepReason) {
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
+	r.b.dropCacheLayers(r.rec.Dir)
 	changes, err := workspace.Changes(r.rec)
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("reading the run's changes: %v", err))

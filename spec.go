@@ -109,6 +109,13 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 		}
 		presetEnv, presetFiles = view.Render(placeholders(credSet))
 	}
+	// The host's dependency caches, read-only under a layer of the run's own.
+	caches, cacheEnv, err := b.cacheMounts(pol, project, run.Dir, id.Home)
+	if err != nil {
+		return nil, err
+	}
+	spec.Mounts = append(spec.Mounts, caches...)
+	presetEnv = append(presetEnv, cacheEnv...)
 	if err := b.checkMounts(spec.Mounts, project); err != nil {
 		return nil, err
 	}

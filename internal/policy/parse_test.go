@@ -191,7 +191,7 @@ func TestParseErrors(t *testing.T) {
 
 		// filesystem
 		{"fs not mapping", "version: 1\nfilesystem: [a]\n", "2:13: filesystem: expected a mapping, got a list"},
-		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny, secrets)"},
+		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny, caches, secrets)"},
 		{"fs relative", "version: 1\nfilesystem:\n  readonly: [tools]\n", `3:14: filesystem.readonly[0]: "tools" is relative (expected an absolute path or one starting with ~/)`},
 		{"fs tilde user", "version: 1\nfilesystem:\n  readwrite: [~bob/x]\n", `3:15: filesystem.readwrite[0]: "~bob/x": ~user is not supported (expected an absolute path or one starting with ~/)`},
 		{"fs root", "version: 1\nfilesystem:\n  readwrite: [/]\n", `3:15: filesystem.readwrite[0]: "/" would expose the host's whole file system`},
@@ -308,6 +308,7 @@ func TestParseErrors(t *testing.T) {
 		{"aws role region", cred("    from: {aws: {env: true, assumeRole: {roleArn: \"arn:aws:iam::123456789012:role/x\", region: EU}}}\n"), `4:95: credentials[0].from.aws.assumeRole.region: "EU" is not an AWS region (such as eu-west-3)`},
 		{"aws with header", cred("    from: {aws: {env: true}}\n    inject: {host: \"*.amazonaws.com\", header: X}\n"), "5:13: credentials[0].inject: an aws credential signs requests: it takes only host (no header, scheme or body)"},
 		{"secrets bad glob", "version: 1\nfilesystem: {secrets: {allow: [\"a/[\"]}}\n", `2:32: filesystem.secrets.allow[0]: "a/[" is not a valid glob: syntax error in pattern`},
+		{"unknown cache", "version: 1\nfilesystem: {caches: [go, gradle]}\n", `2:27: filesystem.caches[1]: unknown cache "gradle" (expected one of go, npm, pip, cargo, maven)`},
 		{"secrets scan not bool", "version: 1\nfilesystem: {secrets: {scan: maybe}}\n", `2:30: filesystem.secrets.scan: expected true or false, got "maybe"`},
 		{"inject host list", cred("    from: {env: A}\n    inject: {host: [a.com, \"b.com:443\"], header: X}\n"), `5:28: credentials[0].inject.host[1]: "b.com:443" must be a host name (no port; list ports separately)`},
 		{"inject empty hosts", cred("    from: {env: A}\n    inject: {host: [], header: X}\n"), "5:20: credentials[0].inject.host: expected at least one host"},
