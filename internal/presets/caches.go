@@ -43,17 +43,20 @@ func (s Source) Caches(names []string) ([]Cache, error) {
 			}
 			cs = []Cache{{Name: name, Dir: lines[0], Env: "GOMODCACHE"}, {Name: name, Dir: lines[1], Env: "GOCACHE"}}
 		case "npm":
-			o, err := s.runIn(s.Workspace, "npm", "config", "get", "cache")
-			if err != nil {
-				return nil, fmt.Errorf("cache npm: asking npm for its cache: %w", err)
-			}
-			cs = []Cache{{Name: name, Dir: strings.TrimSpace(string(o)), Env: "npm_config_cache"}}
+			// npm's own order, without starting node (a third of a second): npm_config_cache, the
+			// project's then the user's npmrc, else ~/.npm.
+			cs = []Cache{{Name: name, Dir: s.npmCacheDir(), Env: "npm_config_cache"}}
 		case "pip":
-			o, err := s.runIn(s.Workspace, "python3", "-m", "pip", "cache", "dir")
-			if err != nil {
-				return nil, fmt.Errorf("cache pip: asking pip for its cache: %w", err)
+			// pip's: PIP_CACHE_DIR, else the XDG cache directory.
+			dir := lookup(s.Env, "PIP_CACHE_DIR")
+			if dir == "" {
+				xdg := lookup(s.Env, "XDG_CACHE_HOME")
+				if xdg == "" && home != "" {
+					xdg = filepath.Join(home, ".cache")
+				}
+				dir = filepath.Join(xdg, "pip")
 			}
-			cs = []Cache{{Name: name, Dir: strings.TrimSpace(string(o)), Env: "PIP_CACHE_DIR"}}
+			cs = []Cache{{Name: name, Dir: dir, Env: "PIP_CACHE_DIR"}}
 		case "cargo":
 			// The registry's index and crates, never the rest of CARGO_HOME (credentials.toml).
 			root := lookup(s.Env, "CARGO_HOME")
@@ -87,4 +90,39 @@ func (s Source) Caches(names []string) ([]Cache, error) {
 		}
 	}
 	return out, nil
+}
+
+// npmCacheDir is where npm keeps its cache for this caller: npm_config_cache (any case), a cache=
+// line of the project's or the user's npmrc (environment references expanded), else ~/.npm.
+func (s Source) npmCacheDir() string {
+	for _, kv := range s.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, "npm_config_cache") && v != "" {
+			return v
+		}
+	}
+	home := lookup(s.Env, "HOME")
+	user := lookup(s.Env, "npm_config_userconfig")
+	if user == "" && home != "" {
+		user = filepath.Join(home, ".npmrc")
+	}
+	files := []string{user}
+	if s.Workspace != "" {
+		files = append([]string{filepath.Join(s.Workspace, ".npmrc")}, files...)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && strings.TrimSpace(k) == "cache" {
+				v = expandNpm(strings.Trim(strings.TrimSpace(v), `"'`), s.Env)
+				if rest, ok := strings.CutPrefix(v, "~/"); ok && home != "" {
+					v = filepath.Join(home, rest)
+				}
+				return v
+			}
+		}
+	}
+	return filepath.Join(home, ".npm")
 }

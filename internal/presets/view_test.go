@@ -130,3 +130,36 @@ func TestToolchain(t *testing.T) {
 		}
 	}
 }
+
+// TestCaches: where each tool keeps its cache, in the tool's own order of settings; a cache that does
+// not exist is left out.
+func TestCaches(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for _, d := range []string{"mod", "build", "npmc", "projnpm", filepath.Join("home", ".cache", "pip"), filepath.Join("home", ".m2", "repository"), filepath.Join("home", ".cargo", "registry"), "ws"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("cache=${PROJ}/projnpm\n"), 0o644)
+	src := Source{Env: []string{"HOME=" + home, "PROJ=" + dir}, Workspace: ws, Run: fakeTools(map[string]string{"go": filepath.Join(dir, "mod") + "\n" + filepath.Join(dir, "build") + "\n"})}
+	got, err := src.Caches([]string{"go", "npm", "pip", "cargo", "maven"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Cache{
+		{"go", filepath.Join(dir, "mod"), "GOMODCACHE", ""}, {"go", filepath.Join(dir, "build"), "GOCACHE", ""},
+		{"npm", filepath.Join(dir, "projnpm"), "npm_config_cache", ""},
+		{"pip", filepath.Join(home, ".cache", "pip"), "PIP_CACHE_DIR", ""},
+		{"cargo", filepath.Join(home, ".cargo", "registry"), "", ".cargo/registry"},
+		{"maven", filepath.Join(home, ".m2", "repository"), "", ".m2/repository"},
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		t.Skipf("temp dir %s is a link", dir)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	src.Env = append(src.Env, "NPM_CONFIG_CACHE="+filepath.Join(dir, "npmc"))
+	if got, _ := src.Caches([]string{"npm"}); len(got) != 1 || got[0].Dir != filepath.Join(dir, "npmc") {
+		t.Errorf("npm_config_cache is not first: %+v", got)
+	}
+}
