@@ -44,6 +44,11 @@ func (b *builder) cacheMounts(pol *policy.Policy, project, runDir, sandboxHome s
 	var mounts []sandbox.Mount
 	var env []string
 	for i, c := range caches {
+		if within(c.Dir, project) || within(project, c.Dir) {
+			// The workspace is the run's copy already; a cache over it (or under it) would hide it.
+			b.warn.notice(fmt.Sprintf("filesystem.caches: %s's cache %s overlaps the workspace; not shown separately", c.Name, c.Dir))
+			continue
+		}
 		layers := filepath.Join(runDir, cachesDir, fmt.Sprintf("%d-%s", i, filepath.Base(c.Dir)))
 		o := &sandbox.Overlay{Upper: filepath.Join(layers, "upper"), Work: filepath.Join(layers, "work")}
 		for _, d := range []string{o.Upper, o.Work} {

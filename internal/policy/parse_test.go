@@ -21,6 +21,8 @@ func examplePolicy() *Policy {
 			ReadWrite: []string{"/home/a/.cache/go-build"},
 			Deny:      []string{"**/.env", "*.pem", "secrets/"},
 			Secrets:   Secrets{Allow: []string{"testdata/**"}},
+			Caches:    []string{"go", "npm"},
+			CachesSet: true,
 		},
 		Env: Env{
 			Pass: []string{"GOFLAGS", "ANTHROPIC_BASE_URL"},
