@@ -45,7 +45,7 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy, to
 		specs = append(specs, creds.Spec{
 			Name:   t.Name,
 			Source: creds.SourceFuncs{Token: func(context.Context) (string, error) { return value, nil }},
-			Inject: creds.Inject{Hosts: []string{t.Host}, Scheme: t.Scheme},
+			Inject: creds.Inject{Hosts: []string{t.Host}, Scheme: t.Scheme, Header: t.Header},
 		})
 	}
 	for _, c := range pol.Credentials {

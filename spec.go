@@ -139,6 +139,7 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 		spec.Mounts = append(spec.Mounts, f.mount)
 		if f.replaces != "" {
 			spec.Masks = slices.DeleteFunc(spec.Masks, func(m string) bool { return m == f.replaces })
+			b.warn.notice(fmt.Sprintf("presets: %s is shown without its auth lines; its tokens go to their registries from the gateway", f.replaces))
 		}
 	}
 	var pathDirs []string

@@ -307,3 +307,108 @@ func TestGoPresetModuleProxy(t *testing.T) {
 		}
 	})
 }
+
+// cargoToolchain is the real cargo's toolchain directory (its bin holds cargo itself, not rustup's
+// proxy) when the host has cargo new enough for sparse registries with authentication (1.74), and
+// why not otherwise.
+func cargoToolchain(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("rustc", "--print", "sysroot").Output()
+	if err != nil {
+		t.Skipf("no rust toolchain: %v (Debian's cargo 0.66, the one CI can install, has no sparse registries or registry authentication)", err)
+	}
+	sysroot := strings.TrimSpace(string(out))
+	v, err := exec.Command(filepath.Join(sysroot, "bin", "cargo"), "--version").Output()
+	var major, minor int
+	if err != nil || func() bool { _, err := fmt.Sscanf(string(v), "cargo %d.%d", &major, &minor); return err != nil }() || major == 1 && minor < 74 {
+		t.Skipf("cargo %q cannot use an authenticated sparse registry (needs 1.74; Debian's 0.66, the one CI can install, cannot)", v)
+	}
+	return sysroot
+}
+
+// TestCargoPresetRegistryToken: a registry and its token in the caller's CARGO_HOME (config.toml,
+// credentials.toml) reach a real `cargo fetch` inside, which gets a crate from an authenticated sparse
+// registry over HTTPS: the registry receives the real token, the sandbox holds a placeholder, and the
+// toolchain (under rustup's home) is shown read-only and found through the caller's PATH.
+func TestCargoPresetRegistryToken(t *testing.T) {
+	sysroot := cargoToolchain(t)
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		if h.who.uid != 0 {
+			for d := sysroot; d != "/"; d = filepath.Dir(d) {
+				if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+					t.Skipf("the host's toolchain %s is not reachable by the rootless caller (%s)", sysroot, d)
+				}
+			}
+		}
+		crate := cargoCrate(t)
+		sum := sha256.Sum256(crate)
+		token := "cio" + h.canary + "REAL"
+		var mu sync.Mutex
+		var seen []string
+		var port int
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, r.URL.Path+" "+r.Header.Get("Authorization"))
+			mu.Unlock()
+			if r.Header.Get("Authorization") == "" {
+				w.Header().Set("WWW-Authenticate", `Cargo login_url="https://crates.test/me"`)
+				http.Error(w, "token required", http.StatusUnauthorized)
+				return
+			}
+			switch r.URL.Path {
+			case "/index/config.json":
+				fmt.Fprintf(w, `{"dl": "https://crates.test:%d/dl", "auth-required": true}`, port)
+			case "/index/co/rd/cordon-demo":
+				fmt.Fprintf(w, `{"name":"cordon-demo","vers":"1.0.0","deps":[],"cksum":"%x","features":{},"yanked":false}`+"\n", sum)
+			case "/dl/cordon-demo/1.0.0/download":
+				w.Write(crate)
+			default:
+				http.NotFound(w, r)
+			}
+		}), "crates.test")
+		cargoHome := filepath.Join(h.home, ".cargo")
+		h.writeFile(filepath.Join(cargoHome, "config.toml"), fmt.Sprintf("[registry]\nglobal-credential-providers = [\"cargo:token\"]\n[registries.corp]\nindex = \"sparse+https://crates.test:%d/index/\"\n", port), 0o644)
+		h.writeFile(filepath.Join(cargoHome, "credentials.toml"), fmt.Sprintf("[registries.corp]\ntoken = %q\n", token), 0o600)
+		h.writeFile(filepath.Join(h.ws, "Cargo.toml"), "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\ncordon-demo = { version = \"1.0.0\", registry = \"corp\" }\n", 0o644)
+		h.writeFile(filepath.Join(h.ws, "src", "main.rs"), "fn main() {}\n", 0o644)
+		pol := h.policy(fmt.Sprintf("network:\n  presets: [cargo]\n  hosts: {crates.test: 127.0.0.1}\n  tls: {caFile: %q}\n", caFile))
+		script := `cargo fetch -q || exit 1
+cat "$HOME"/.cargo/registry/src/*/cordon-demo-1.0.0/src/lib.rs
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+grep -rs "REAL" "$HOME" /etc /tmp . && echo FOUND-IN-FILES
+true`
+		env := []string{"PATH=" + filepath.Join(sysroot, "bin") + ":/usr/bin:/bin", "RUSTUP_HOME=" + filepath.Dir(filepath.Dir(sysroot))}
+		r := h.cordon(env, "", "run", "--policy", pol, "--", "sh", "-c", script)
+		if r.code != 0 || !strings.Contains(r.stdout, "FROM-CRATE") {
+			t.Fatalf("cargo fetch inside did not get the crate:\n%s", r)
+		}
+		if strings.Contains(r.stdout+r.stderr, "REAL") {
+			t.Fatalf("the registry token reached the sandbox or cordon's output:\n%s", r)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(seen, "/dl/cordon-demo/1.0.0/download "+token) {
+			t.Errorf("the registry did not receive the real token with the download: %q", seen)
+		}
+	})
+}
+
+// cargoCrate is a .crate file (a gzipped tar under cordon-demo-1.0.0/) of a library crate.
+func cargoCrate(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, f := range []struct{ name, body string }{
+		{"cordon-demo-1.0.0/Cargo.toml", "[package]\nname = \"cordon-demo\"\nversion = \"1.0.0\"\nedition = \"2021\"\n"},
+		{"cordon-demo-1.0.0/src/lib.rs", "pub const MSG: &str = \"FROM-CRATE\";\n"},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body))}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}

@@ -108,6 +108,16 @@ func (s Source) npmView(v *View) ([]policy.Endpoint, error) {
 			continue
 		}
 		t.Host = strings.ToLower(u.Hostname())
+		scheme, used := registryScheme(urls, t.Host)
+		switch {
+		case !used:
+			// A token for a registry npm does not use here (an old one, another project's): the run
+			// neither needs it nor allows its host.
+			continue
+		case scheme != "https":
+			v.Notes = append(v.Notes, fmt.Sprintf("npm: the token for %s (in %s) is not used: the registry is not HTTPS, and a credential is only ever sent over TLS", t.Host, t.From))
+			continue
+		}
 		t.Name = tokenName("npm", len(v.Tokens)+1)
 		v.Tokens = append(v.Tokens, t)
 		fmt.Fprintf(&user, "%s:_authToken=%s\n", nerf, Ref(t.Name))
@@ -188,4 +198,14 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 		return s[len(prefix):], true
 	}
 	return s, false
+}
+
+// registryScheme reports whether one of the registry URLs is on host, and that one's scheme.
+func registryScheme(urls []string, host string) (string, bool) {
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil && strings.EqualFold(u.Hostname(), host) {
+			return u.Scheme, true
+		}
+	}
+	return "", false
 }

@@ -55,8 +55,10 @@ type Token struct {
 	Host string
 	// Value is the secret.
 	Value string
-	// Scheme is how it is sent: "bearer" (Authorization: Bearer) or "basic" (as a Basic password).
+	// Scheme is how it is sent: "bearer" (Authorization: Bearer) or "basic" (as a Basic password);
+	// Header, when set, names the header that carries it as it is (cargo's Authorization: TOKEN).
 	Scheme string
+	Header string
 	// From says where it was found, for messages (never the value).
 	From string
 }
@@ -113,6 +115,8 @@ func (s Source) View(names []string) (*View, error) {
 			eps, err = s.goView(v)
 		case "pypi":
 			eps, err = s.pipView(v)
+		case "cargo":
+			eps, err = s.cargoView(v)
 		default:
 			eps, err = s.Preset(name)
 		}
@@ -187,6 +191,10 @@ func Toolchain(dir string, env []string) string {
 		{filepath.Join(home, ".pyenv"), "pypi"},
 		{filepath.Join(home, ".local", "share", "uv"), "pypi"},
 		{lookup(env, "GOROOT"), "go"},
+		{lookup(env, "CARGO_HOME"), "cargo"},
+		{filepath.Join(home, ".cargo"), "cargo"},
+		{lookup(env, "RUSTUP_HOME"), "cargo"},
+		{filepath.Join(home, ".rustup"), "cargo"},
 		{filepath.Join(home, "sdk"), "go"},
 		{filepath.Join(home, "go"), "go"},
 	} {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,11 +29,11 @@ func TestNpmView(t *testing.T) {
 	}
 	var asked string
 	src := Source{
-		Env:       []string{"HOME=" + home, "ACME=USERSECRET", "npm_config_//other.internal/:_authToken=ENVSECRET"},
+		Env:       []string{"HOME=" + home, "ACME=USERSECRET", "npm_config_//other.internal/:_authToken=ENVSECRET", "npm_config_//stale.internal/:_authToken=STALESECRET"},
 		Workspace: ws,
 		Run: func(_ context.Context, _ []string, d, name string, _ ...string) ([]byte, error) {
 			asked = d
-			return []byte(`{"registry": "https://reg.internal/", "@acme:registry": "https://acme.internal:8443/npm/",
+			return []byte(`{"registry": "https://reg.internal/", "@acme:registry": "https://acme.internal:8443/npm/", "@o:registry": "https://other.internal/",
 				"userconfig": "` + filepath.Join(home, ".npmrc") + `", "globalconfig": "/nonexistent/npmrc", "prefix": "/usr"}`), nil
 		},
 	}
@@ -44,12 +45,15 @@ func TestNpmView(t *testing.T) {
 		t.Errorf("npm was asked in %q, want the workspace %q", asked, ws)
 	}
 	eps, _ := v.Preset("npm")
-	if want := []policy.Endpoint{{Host: "reg.internal", Ports: []uint16{443}}, {Host: "acme.internal", Ports: []uint16{8443}}}; !endpointsEqual(eps, want) {
+	if want := []policy.Endpoint{{Host: "reg.internal", Ports: []uint16{443}}, {Host: "acme.internal", Ports: []uint16{8443}}, {Host: "other.internal", Ports: []uint16{443}}}; !endpointsEqual(eps, want) {
 		t.Errorf("endpoints %v, want %v", eps, want)
 	}
 	got := map[string]Token{}
 	for _, tk := range v.Tokens {
 		got[tk.Host] = tk
+	}
+	if _, ok := got["stale.internal"]; ok || len(v.Tokens) != 3 {
+		t.Errorf("tokens %+v: want the three for registries npm uses, not the stale one", v.Tokens)
 	}
 	for host, want := range map[string]string{"reg.internal": "PROJECTSECRET", "acme.internal": "USERSECRET", "other.internal": "ENVSECRET"} {
 		if tk := got[host]; tk.Value != want || tk.Scheme != "bearer" || tk.Name == "" {
@@ -161,5 +165,48 @@ func TestCaches(t *testing.T) {
 	src.Env = append(src.Env, "NPM_CONFIG_CACHE="+filepath.Join(dir, "npmc"))
 	if got, _ := src.Caches([]string{"npm"}); len(got) != 1 || got[0].Dir != filepath.Join(dir, "npmc") {
 		t.Errorf("npm_config_cache is not first: %+v", got)
+	}
+}
+
+// TestCargoView: registries and a source replacement from the user's and the project's config.toml
+// are allowed, credentials.toml's token becomes a credential sent in Authorization to that index's
+// host alone (its placeholder in CARGO_REGISTRIES_<NAME>_TOKEN), and the config.toml the sandbox gets
+// has no token.
+func TestCargoView(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for p, body := range map[string]string{
+		filepath.Join(home, ".cargo", "config.toml"):      "[registries.corp-reg]\nindex = \"sparse+https://crates.corp.internal/index/\"\ntoken = \"CONFIGSECRET\"\n[net]\nretry = 3\n",
+		filepath.Join(home, ".cargo", "credentials.toml"): "[registries.corp-reg]\ntoken = \"CREDSECRET\"\n",
+		filepath.Join(ws, ".cargo", "config.toml"):        "[source.crates-io]\nreplace-with = \"mirror\"\n[source.mirror]\nregistry = \"sparse+https://mirror.internal:8443/\"\n",
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := Source{Env: []string{"HOME=" + home}, Workspace: ws}.View([]string{"cargo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, _ := v.Preset("cargo")
+	if want := []policy.Endpoint{{Host: "crates.corp.internal", Ports: []uint16{443}}, {Host: "mirror.internal", Ports: []uint16{8443}}}; !endpointsEqual(eps, want) {
+		t.Errorf("endpoints %v, want %v", eps, want)
+	}
+	// The config's own token is the closer setting here; credentials.toml fills only a missing one.
+	if len(v.Tokens) != 1 || v.Tokens[0].Host != "crates.corp.internal" || v.Tokens[0].Value != "CONFIGSECRET" || v.Tokens[0].Header != "Authorization" {
+		t.Fatalf("tokens %+v", v.Tokens)
+	}
+	env, files := v.Render(map[string]string{v.Tokens[0].Name: "PH"})
+	if !slices.Contains(env, "CARGO_REGISTRIES_CORP_REG_TOKEN=PH") {
+		t.Errorf("env %q lacks the token's placeholder", env)
+	}
+	if len(files) != 1 || files[0].HomeRel != ".cargo/config.toml" || strings.Contains(string(files[0].Content), "SECRET") || !strings.Contains(string(files[0].Content), "retry = 3") || !strings.Contains(string(files[0].Content), `global-credential-providers = ["cargo:token"]`) {
+		t.Errorf("sandbox config.toml: %+v", files)
+	}
+	for _, n := range v.Notes {
+		if strings.Contains(n, "built-in default") {
+			t.Errorf("the default registry is replaced, yet: %s", n)
+		}
 	}
 }
