@@ -1,8 +1,11 @@
-// Package presets expands the names in network.presets into the hosts a tool needs. A registry's host
-// is never written here: it is read from the tool's own configuration (npm's registry setting, go's
-// GOPROXY and GOSUMDB, pip's index settings and built-in default, apt's sources), so private mirrors work and nothing
-// stale is baked in. Only the agents' own API hosts and GitHub's, which no tool configuration names,
-// are fixed.
+// Package presets expands the names in network.presets into the hosts a tool needs, and gives the
+// sandbox the same view of the tool's configuration (View): a tool inside that reads a configuration
+// other than the one whose hosts were allowed falls back to a default the policy blocks. A registry's
+// host is never written here: it is read from the tool's own effective configuration (npm's config in
+// the workspace, go env, pip's settings and built-in default, cargo's config.toml, apt's sources), so
+// private mirrors work and nothing stale is baked in. Tokens found there are handed to the run as
+// credentials, never to the sandbox. Only the agents' own API hosts and GitHub's, which no tool
+// configuration names, are fixed. Caches finds the tools' cache directories for filesystem.caches.
 package presets
 
 import (
