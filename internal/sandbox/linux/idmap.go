@@ -436,7 +436,7 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 			f, err = detachedMount(dir, userns, true)
 			dir.Close()
 			if err != nil {
-				return files, fmt.Errorf("cache %s: %w", m.Source, err)
+				return files, fmt.Errorf("cache %s: %w (filesystem.caches: [] shows no caches)", m.Source, err)
 			}
 			files = append(files, f)
 			layers := filepath.Dir(m.Overlay.Upper)

@@ -381,7 +381,7 @@ func mountCache(m sandbox.Mount, i int, srcs *hostSources, dst string) error {
 		lower, upper, work = l, filepath.Join(layers, filepath.Base(m.Overlay.Upper)), filepath.Join(layers, filepath.Base(m.Overlay.Work))
 	}
 	if err := mountOverlay(lower, upper, work, dst); err != nil {
-		return fmt.Errorf("cache overlay: %w", err)
+		return fmt.Errorf("cache overlay over %s: %w (filesystem.caches: [] shows no caches)", m.Source, err)
 	}
 	return nil
 }
