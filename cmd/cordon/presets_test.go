@@ -154,6 +154,12 @@ true`
 	})
 }
 
+// goTelemetryOff turns go's telemetry off in the harness's home: in a fresh home go (asked by the
+// go preset on the host) starts a child that writes there after go exits, racing the test's cleanup.
+func goTelemetryOff(h *harness) {
+	h.writeFile(filepath.Join(h.home, ".config", "go", "telemetry", "mode"), "off\n", 0o644)
+}
+
 // TestGoPresetPassesSettings: the go preset passes the caller's GOPROXY and GOSUMDB (set in its go env
 // file, which the sandbox's empty home does not have), and the caller's PATH keeps go's directory.
 func TestGoPresetPassesSettings(t *testing.T) {
@@ -163,6 +169,7 @@ func TestGoPresetPassesSettings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		goTelemetryOff(h)
 		h.writeFile(filepath.Join(h.home, ".config", "go", "env"), "GOPROXY=https://goproxy.test:8443\nGOSUMDB=off\n", 0o644)
 		pol := "network:\n  presets: [go]\n"
 		r := h.cordon([]string{"PATH=" + filepath.Dir(goBin) + ":/usr/bin:/bin"}, "", "run", "--policy", h.policy(pol), "--", "sh", "-c", `go version && go env GOPROXY GOSUMDB`)
@@ -290,6 +297,7 @@ func TestGoPresetModuleProxy(t *testing.T) {
 				http.NotFound(w, r)
 			}
 		}), "goproxy.test")
+		goTelemetryOff(h)
 		h.writeFile(filepath.Join(h.home, ".config", "go", "env"), fmt.Sprintf("GOPROXY=https://goproxy.test:%d\nGOSUMDB=off\n", port), 0o644)
 		h.writeFile(filepath.Join(h.ws, "go.mod"), "module app\n\ngo 1.21\n\nrequire example.test/m v1.0.0\n", 0o644)
 		// Inspected, so that go inside trusts the run's CA (a private CA on a passthrough host is the

@@ -33,6 +33,11 @@ func (s Source) Caches(names []string) ([]Cache, error) {
 		var cs []Cache
 		switch name {
 		case "go":
+			if mod, build := lookup(s.Env, "GOMODCACHE"), lookup(s.Env, "GOCACHE"); filepath.IsAbs(mod) && filepath.IsAbs(build) {
+				// Set in the environment, which wins over every other setting: go need not be asked.
+				cs = []Cache{{Name: name, Dir: mod, Env: "GOMODCACHE"}, {Name: name, Dir: build, Env: "GOCACHE"}}
+				break
+			}
 			o, err := s.runIn(s.Workspace, "go", "env", "GOMODCACHE", "GOCACHE")
 			if err != nil {
 				return nil, fmt.Errorf("cache go: asking go for GOMODCACHE and GOCACHE: %w", err)

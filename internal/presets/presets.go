@@ -75,6 +75,10 @@ func (s Source) runIn(dir, name string, args ...string) ([]byte, error) {
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = s.Env
+	if name == "npm" {
+		// Asking npm leaves nothing behind: no log file in the caller's ~/.npm, no update check.
+		cmd.Env = append(append([]string{}, s.Env...), "npm_config_logs_max=0", "npm_config_update_notifier=false")
+	}
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -68,7 +68,16 @@ func TestPresetErrors(t *testing.T) {
 // TestPresetsFromRealTools runs the real tools where they are installed, configured through their own
 // environment variables, so that the parsing meets the real output.
 func TestPresetsFromRealTools(t *testing.T) {
-	src := Source{Env: []string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(),
+	home := t.TempDir()
+	// go's telemetry off: in a fresh home, go starts a child that writes there after go exits, which
+	// races with the removal of the temporary home.
+	if err := os.MkdirAll(filepath.Join(home, ".config", "go", "telemetry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".config", "go", "telemetry", "mode"), []byte("off\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := Source{Env: []string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + home,
 		"GOPROXY=https://goproxy.example.test", "GOSUMDB=off", "npm_config_registry=https://npm.example.test/",
 		"PIP_INDEX_URL=https://pypi.example.test/simple", "PIP_CONFIG_FILE=/dev/null"}}
 	// apt reads the sources an APT_CONFIG file points it at: one-line and deb822 forms, one disabled.
