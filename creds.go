@@ -127,8 +127,9 @@ func (b *builder) closeCredentials(set *creds.Set) {
 
 // secretMasks scans the project for secret-shaped files and returns them as masks (absolute paths),
 // after one line telling the user what was masked and how to allow it. filesystem.secrets.allow
-// exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers clean files in
-// cordon's state (which the sandbox never sees), so a large project costs a full read only once. The
+// exempts files; filesystem.secrets.scan: false turns the scan off. The scan remembers each directory
+// in cordon's state (which the sandbox never sees), so a large project costs a full read only once and
+// a later start a stat per directory and per candidate file (scan.Cache). The
 // full list of findings goes to the run's directory (runDir), which the line names when it cannot.
 func (b *builder) secretMasks(ctx context.Context, project string, sec policy.Secrets, runDir string) ([]string, error) {
 	if sec.NoScan {

@@ -218,12 +218,21 @@ type RunInfo struct {
 	State string
 	// ExitCode is the command's exit status once State is past "running".
 	ExitCode int
+	// PolicyFile is the policy file the run used, empty for the built-in default; PolicySHA256 the
+	// hex SHA-256 of the bytes it read. PolicyRecorded is false for a run whose cordon did not record
+	// them.
+	PolicyFile, PolicySHA256 string
+	PolicyRecorded           bool
 }
 
 // Info returns the run's record as it was when the run was opened.
 func (f *FinishedRun) Info() RunInfo {
 	m := f.r.Meta
-	return RunInfo{ID: m.ID, Name: m.Name, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
+	info := RunInfo{ID: m.ID, Name: m.Name, Project: m.Project, Command: m.Command, Started: m.Started, State: m.State, ExitCode: m.ExitCode}
+	if m.Policy != nil {
+		info.PolicyFile, info.PolicySHA256, info.PolicyRecorded = m.Policy.Path, m.Policy.SHA256, true
+	}
+	return info
 }
 
 // ID is the run's id.

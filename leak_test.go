@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,13 +96,24 @@ func TestStartCancelledWhilePreparing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	pol := cordon.DefaultPolicy()
 	pol.Network = &policy.Network{}
+	// The credential's command says, through a FIFO, that it runs (the run is preparing its
+	// credentials), and the test cancels then: never before, never after.
+	fifo := filepath.Join(t.TempDir(), "preparing")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	pol.Credentials = []policy.Credential{{
-		Name: "TOKEN", From: policy.Source{Command: []string{"sleep", "30"}},
+		Name: "TOKEN", From: policy.Source{Command: []string{"sh", "-c", `echo preparing > "$0"; exec sleep 30`, fifo}},
 		Inject: policy.Inject{Hosts: []string{"api.test"}, Header: "X-Token"},
 	}}
 	cfg := config(t, pol, "true")
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(200*time.Millisecond, cancel)
+	defer cancel()
+	go func() {
+		if b, err := os.ReadFile(fifo); err == nil && len(b) > 0 {
+			cancel()
+		}
+	}()
 	began := time.Now()
 	_, err := cordon.Start(ctx, cfg)
 	if !errors.Is(err, context.Canceled) {

@@ -65,7 +65,7 @@ type Run struct {
 	gw        *gateway.Gateway
 	budgets   *budget.Ledger
 	creds     *creds.Set
-	synced    chan error
+	synced    *lazySync
 	copied    error
 	closeNull func()
 	timeout   time.Duration
@@ -193,7 +193,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &SetupError{Err: err}
 	}
 	c.Add(launched.Abort)
-	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command})
+	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol)})
 	if err != nil {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}
@@ -229,10 +229,10 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		spec.Env = append(spec.Env, gw.Env()...)
 		spec.TrustCA = gw.TrustCA()
 	}
-	// The run's record is made durable while the box starts, not before (see CreateLazy).
-	synced := make(chan error, 1)
-	go func() { synced <- rec.Sync() }()
-	c.Add(func() { <-synced })
+	// The run's record is made durable once the run has lasted a while, not before (see CreateLazy
+	// and lazySync).
+	synced := startLazySync(rec)
+	c.Add(func() { synced.stop() })
 
 	sb, err := launched.Start(ctx, spec)
 	var copied error
@@ -353,7 +353,8 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	if code != 0 {
 		r.exit.Code = code
 	}
-	if err := <-r.synced; err != nil {
+	durable, err := r.synced.stop()
+	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
 	}
 	if r.gw != nil {
@@ -370,30 +371,41 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 			r.b.warn.degraded(fmt.Sprintf("recording the budget totals: %v", err))
 		}
 	}
-	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed)
+	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed, durable)
 	r.b.closeCredentials(r.creds)
 	r.closeNull()
 	return r.exit, r.err
 }
 
 // finish records how the run ended and releases its workspace, returning how many paths the
-// command changed and why the run is kept; a run that has no reason to be kept is removed.
-func (r *Run) finish(code int, failed bool) (int, KeepReason) {
-	if err := r.rec.Finish(code); err != nil {
+// command changed and why the run is kept; a run that has no reason to be kept is removed. durable
+// says the record was made durable during the run (lazySync); the end of a kept run is made durable
+// here, that of a removed one never reaches the disk.
+func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
+	if err := r.rec.FinishLazy(code); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
 	}
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
 	r.b.dropCacheLayers(r.rec.Dir)
+	keep := func(n int, why KeepReason) (int, KeepReason) {
+		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
+		if durable {
+			sync = r.rec.SyncMeta
+		}
+		if err := sync(); err != nil {
+			r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
+		}
+		return n, why
+	}
 	changes, err := workspace.Changes(r.rec)
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("reading the run's changes: %v", err))
-		return 0, KeptFailed
+		return keep(0, KeptFailed)
 	}
-	why := r.keepReason(len(changes), failed)
-	if why != "" {
-		return len(changes), why
+	if why := r.keepReason(len(changes), failed); why != "" {
+		return keep(len(changes), why)
 	}
 	// Judged again under the run's lock: nothing else may have touched it meanwhile, but a run is
 	// only ever removed by what its record says now.
@@ -402,9 +414,41 @@ func (r *Run) finish(code int, failed bool) (int, KeepReason) {
 		r.b.warn.degraded(fmt.Sprintf("removing the unchanged run: %v", err))
 	}
 	if !removed {
-		return 0, KeptFailed
+		return keep(0, KeptFailed)
 	}
 	return 0, ""
+}
+
+// durableAfter is how long a run lasts before its record is made durable. A run that ends sooner
+// and changed nothing is removed as it ends, so the fsyncs (5, a few milliseconds on the start's
+// path) are saved; a crash within this time can lose the run's record, as it can lose whatever the
+// command wrote by then, which is not synced either.
+const durableAfter = 250 * time.Millisecond
+
+// lazySync makes a run's record durable once the run has lasted durableAfter.
+type lazySync struct {
+	timer *time.Timer
+	done  chan error
+	once  sync.Once
+	ran   bool
+	err   error
+}
+
+func startLazySync(rec *runstate.Run) *lazySync {
+	s := &lazySync{done: make(chan error, 1)}
+	s.timer = time.AfterFunc(durableAfter, func() { s.done <- rec.Sync() })
+	return s
+}
+
+// stop cancels a sync not yet begun, or waits for the one that ran; it says whether one did, and
+// how it ended. Later calls return the same.
+func (s *lazySync) stop() (bool, error) {
+	s.once.Do(func() {
+		if !s.timer.Stop() {
+			s.ran, s.err = true, <-s.done
+		}
+	})
+	return s.ran, s.err
 }
 
 // keepReason decides whether a finished run that changed `changed` paths stays in the store, and why.

@@ -29,6 +29,15 @@ func (b *builder) createRun(meta runstate.Meta) (*runstate.Run, error) {
 	return b.store.CreateLazy(meta)
 }
 
+// policyRef is what the run's record says about its policy: the file and the hash of the bytes read,
+// or an empty reference for the built-in default.
+func policyRef(pol *policy.Policy) *runstate.PolicyRef {
+	if pol.Source == policy.BuiltinSource || pol.SourceSHA256 == "" {
+		return &runstate.PolicyRef{}
+	}
+	return &runstate.PolicyRef{Path: pol.Source, SHA256: pol.SourceSHA256}
+}
+
 // notice prints the workspace's one-line note (a copy instead of an overlay, no disk limit), if any.
 func (b *builder) notice(run *runstate.Run) {
 	if info, err := workspace.LoadInfo(run); err == nil && info.Note != "" {

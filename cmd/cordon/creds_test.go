@@ -3,12 +3,12 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -271,6 +271,79 @@ func TestSecretsMasked(t *testing.T) {
 	})
 }
 
+// TestSecretsMaskedOnWarmStart attacks the scan's cache, which lets a start stat directories rather
+// than read files: between two runs, a secret is written into a file that was clean, with its old
+// modification time put back (touch -r) so that neither the file's mtime nor its directory changes, and
+// a new secret file appears deep in the tree. Both are masked on the second run. The control is the
+// first run: the same .env, clean, is readable, and the cache it leaves trusts the tree (a record of
+// the root and a stamp of .env), so the second run catches the secrets through the stamps.
+func TestSecretsMaskedOnWarmStart(t *testing.T) {
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		token := "ghp_" + strings.Repeat("Q7w8E9r0", 4) + "Tt5U"
+		env, deep := filepath.Join(h.ws, ".env"), filepath.Join(h.ws, "src", "a", "b", "c", "d", "e")
+		h.writeFile(env, "DEBUG=1\n", 0o644)
+		h.writeFile(filepath.Join(deep, "util.py"), "X = 1\n", 0o644)
+		h.chownAll(filepath.Join(h.ws, "src"))
+		// The cache trusts only what changed more than a second before the scan (a rewrite within the
+		// kernel's clock tick could leave a file's stamp as it was): wait that out once.
+		waitOlder(t, time.Second, env, deep, h.ws)
+		if r := h.sandboxed("", "cat .env"); !strings.Contains(r.stdout, "DEBUG=1") {
+			t.Fatalf("control: the clean .env is not readable:\n%s", r)
+		}
+		caches, _ := filepath.Glob(filepath.Join(h.home, ".local", "state", "cordon", "scan-cache", "*"))
+		var cache []byte
+		for _, c := range caches {
+			if b, err := os.ReadFile(c); err == nil && bytes.Contains(b, []byte(`"src"`)) {
+				cache = b
+			}
+		}
+		if !bytes.Contains(cache, []byte("\nd ")) || !bytes.Contains(cache, []byte(" \".env\"\n")) {
+			t.Fatalf("control: the first run left no cache trusting the tree:\n%s", cache)
+		}
+
+		fi, err := os.Stat(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirBefore, _ := os.Stat(h.ws)
+		if err := os.WriteFile(env, []byte("GITHUB_TOKEN="+token+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(env, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		if dirAfter, _ := os.Stat(h.ws); !dirAfter.ModTime().Equal(dirBefore.ModTime()) {
+			t.Fatal("rewriting .env in place changed the workspace directory: the attack would not need the file's stamp")
+		}
+		h.writeFile(filepath.Join(deep, "settings.py"), "TOKEN = \""+token+"\"\n", 0o644)
+		r := h.sandboxed("", "cat .env src/a/b/c/d/e/settings.py src/a/b/c/d/e/util.py; echo RAN")
+		if !strings.Contains(r.stdout, "RAN") || !strings.Contains(r.stdout, "X = 1") || strings.Contains(r.stdout, token) {
+			t.Fatalf("second run: want both secrets masked and the rest readable:\n%s", r)
+		}
+		if !strings.Contains(r.stderr, ".env") || !strings.Contains(r.stderr, "settings.py") {
+			t.Errorf("second run: the line does not name both masked files:\n%s", r)
+		}
+	})
+}
+
+// waitOlder waits until each path's last change is more than d old.
+func waitOlder(t *testing.T, d time.Duration, paths ...string) {
+	t.Helper()
+	var latest time.Time
+	for _, p := range paths {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, ts := range []syscall.Timespec{st.Mtim, st.Ctim} {
+			if tm := time.Unix(ts.Unix()); tm.After(latest) {
+				latest = tm
+			}
+		}
+	}
+	time.Sleep(time.Until(latest.Add(d + 10*time.Millisecond)))
+}
+
 // TestGitHubAppScopedPush: a GitHub App credential mints a token limited to acme/app, git inside
 // clones and pushes acme/app over HTTPS with the placeholder (the gateway puts the real token into
 // git's basic auth), a push to acme/other is refused by the HTTP rules and by the token's scope,
@@ -285,16 +358,7 @@ func TestGitHubAppScopedPush(t *testing.T) {
 	_, key := fakegithub.GenerateKey(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
 		app := fakegithub.NewApp(t, fakegithub.Options{Repositories: []string{"app", "other"}, Key: key})
-		root := t.TempDir()
-		gitEnv := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
-		setup := exec.Command("sh", "-ec", `for r in app other; do git init -q --bare -b main acme/$r.git && git -C acme/$r.git config http.receivepack true; done
-git init -q -b main seed && cd seed && echo hello > README && git add README && git commit -qm seed && git push -q ../acme/app.git main && git push -q ../acme/other.git main`)
-		setup.Dir, setup.Env = root, append(os.Environ(), gitEnv...)
-		if out, err := setup.CombinedOutput(); err != nil {
-			t.Fatalf("setup: %v\n%s", err, out)
-		}
-		git := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
-			Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+		root, git := acmeRepos(t, string(backend))
 		var mu sync.Mutex
 		var seenTokens []string
 		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

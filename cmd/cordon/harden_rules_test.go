@@ -216,6 +216,21 @@ credentials:
 		if !rec.saw("/whole") || !rec.saw("/allowed") {
 			t.Errorf("the controls did not reach the upstream: %+v", rec.requests())
 		}
+		// The controls arrived as the agent sent them, with the real value in place of the
+		// placeholder: the range where ranges: true allows it, none added where it was not asked.
+		for _, s := range rec.requests() {
+			want := map[string]string{"/whole": "", "/allowed": "bytes=20-30"}
+			wantRange, control := want[s.uri]
+			if !control {
+				continue
+			}
+			if got := s.header.Get("x-api-key"); got != secret {
+				t.Errorf("%s reached the upstream with x-api-key %q, want the real value", s.uri, got)
+			}
+			if got := s.header.Get("Range"); got != wantRange {
+				t.Errorf("%s reached the upstream with Range %q, want %q", s.uri, got, wantRange)
+			}
+		}
 		if strings.Contains(r.stdout+r.stderr, "REALSECRET") {
 			t.Errorf("the agent read the real value:\n%s", r)
 		}

@@ -62,7 +62,7 @@ func commands() []command {
 		{"verify", "verify [--policy FILE] [--json]", "start a real sandbox with the policy and attack it from inside: a scorecard", (*app).cmdVerify},
 		{"probe", "probe [--json] [--only PREFIXES] [--timeout D] [--canaries JSON]", "run the escape probes here, inside any sandbox: a scorecard", (*app).cmdProbe},
 		{"doctor", "doctor", "say what this host supports, one line each", (*app).cmdDoctor},
-		{"policy", policyUsage, "validate a policy as run would and print the effective policy", (*app).cmdPolicy},
+		{"policy", "policy check|suggest|import ...", "check a policy as run would, suggest the change a run's refusals call for, import one from another sandbox", (*app).cmdPolicy},
 		{"version", "version", "print cordon's version", (*app).cmdVersion},
 	}
 }
@@ -232,6 +232,11 @@ func (a *app) help(w io.Writer, fs *flag.FlagSet, usage string) {
 	if c, ok := lookup(strings.Fields(fs.Name())[0]); ok {
 		fmt.Fprintf(w, "\n%s.\n", capitalize(c.summary))
 	}
+	flagTable(w, fs, "Flags")
+}
+
+// flagTable lists fs's flags under the title, in --flag form; nothing when it has none.
+func flagTable(w io.Writer, fs *flag.FlagSet, title string) {
 	type entry struct {
 		names        []string
 		value, text  string
@@ -257,7 +262,7 @@ func (a *app) help(w io.Writer, fs *flag.FlagSet, usage string) {
 	if len(entries) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nFlags:\n")
+	fmt.Fprintf(w, "\n%s:\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, e := range entries {
 		// Short names first, as in -e, --env.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,29 +12,56 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/presets"
 )
 
-const policyUsage = "policy check [--workspace DIR] [FILE]"
+const (
+	policyCheckUsage = "policy check [--workspace DIR] [FILE]"
+	// policyUsage is every policy subcommand, for the overview and cordon policy --help.
+	policyUsage = policyCheckUsage + "\n       cordon " + suggestUsage + "\n       cordon " + importUsage
+)
 
-// cmdPolicy validates a policy and prints the effective one (defaults merged, presets expanded), so
+// cmdPolicy dispatches the policy subcommands; --help shows them all with their flags.
+func (a *app) cmdPolicy(args []string) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		a.help(a.stdout, a.checkFlags(new(string)), policyUsage)
+		flagTable(a.stdout, a.suggestFlags(new(bool)), "Flags of policy suggest")
+		flagTable(a.stdout, a.importFlags(new(string)), "Flags of policy import")
+		return 0
+	}
+	if len(args) == 0 {
+		a.errorf("policy: expected a subcommand: check, suggest or import (usage: cordon %s)", policyCheckUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "check":
+		return a.cmdPolicyCheck(args[1:])
+	case "suggest":
+		return a.cmdPolicySuggest(args[1:])
+	case "import":
+		return a.cmdPolicyImport(args[1:])
+	}
+	a.errorf("policy: unknown subcommand %q: check, suggest or import (see cordon policy --help)", args[0])
+	return exitUsage
+}
+
+func (a *app) checkFlags(ws *string) *flag.FlagSet {
+	fl := a.flags("policy check", policyCheckUsage)
+	fl.StringVar(ws, "workspace", "", "check against the project `DIR` as cordon run --workspace DIR would (default: the current directory)")
+	return fl
+}
+
+// cmdPolicyCheck validates a policy and prints the effective one (defaults merged, presets expanded), so
 // users see exactly what is in force rather than what they think they wrote, followed by a note on
 // each line that lets more through than it may seem to (a wildcard is a DNS channel, see
 // policy.Policy.Notes). The policy is found and checked as cordon run would for the same workspace:
 // one that run would refuse (inside the workspace or a writable mount) is refused here with the same
 // message, so a check that passes means a run will accept the file.
-func (a *app) cmdPolicy(args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		args = []string{"check", "--help"} // check is the only subcommand: its help is policy's
-	}
-	if len(args) == 0 || args[0] != "check" {
-		a.errorf("policy: expected a subcommand (usage: cordon %s)", policyUsage)
-		return exitUsage
-	}
-	fl := a.flags("policy check", policyUsage)
-	wsFlag := fl.String("workspace", "", "check against the project `DIR` as cordon run --workspace DIR would (default: the current directory)")
-	if code, ok := a.parse(fl, policyUsage, args[1:]); !ok {
+func (a *app) cmdPolicyCheck(args []string) int {
+	wsFlag := new(string)
+	fl := a.checkFlags(wsFlag)
+	if code, ok := a.parse(fl, policyCheckUsage, args); !ok {
 		return code
 	}
 	if fl.NArg() > 1 {
-		a.errorf("policy check: too many arguments (usage: cordon %s)", policyUsage)
+		a.errorf("policy check: too many arguments (usage: cordon %s)", policyCheckUsage)
 		return exitUsage
 	}
 	pol, where, err := a.checkPolicy(fl.Arg(0), *wsFlag)

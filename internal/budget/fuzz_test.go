@@ -21,6 +21,16 @@ func fuzzMeter(t *testing.T, api API, ct string, body []byte, cut uint) {
 	if got := meter(api, ct, body[:c], body[c:]); got != whole {
 		t.Fatalf("split at %d: %+v, whole: %+v", c, got, whole)
 	}
+	// A byte at a time, an event stream never has a run of whole events in one Write: every
+	// byte goes through the parser, so this is the reference the skipping of usage-free runs
+	// (Meter.writeSSE) is held to.
+	bytewise := make([][]byte, len(body))
+	for i := range body {
+		bytewise[i] = body[i : i+1]
+	}
+	if got := meter(api, ct, bytewise...); got != whole {
+		t.Fatalf("a byte at a time: %+v, whole: %+v", got, whole)
+	}
 	if held := cap(m.doc.str) + cap(m.doc.capBuf) + len(m.doc.captures)*maxCapture; held > 8*maxCapture {
 		t.Fatalf("meter holds %d bytes", held)
 	}
@@ -44,6 +54,10 @@ func FuzzMeterSSE(f *testing.F) {
 	addSeeds(f, ".sse")
 	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\r\n\r\n"), uint(30), true)
 	f.Add([]byte("event:message_start\ndata:{\"type\":\"message_start\",\ndata:\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n"), uint(3), false)
+	// Runs of usage-free events around the ones with usage, with a line split across data lines.
+	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n"+
+		"data: {\"delta\":\"a\"}\n\ndata: {\"delta\":\"b\"}\n\n\n\nevent: x\ndata: {\"usa\ndata: ge\":1}\n\n"+
+		"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\ndata: {}\n\n"), uint(60), false)
 	f.Fuzz(func(t *testing.T, body []byte, cut uint, openai bool) {
 		api := Anthropic
 		if openai {

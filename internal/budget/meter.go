@@ -50,11 +50,57 @@ func (m *Meter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if m.sse != nil {
-		m.sse.Write(p)
+		m.writeSSE(p)
 	} else {
 		m.doc.Write(p)
 	}
 	return len(p), nil
+}
+
+// blankLF ends an event in a stream whose lines end in LF.
+var blankLF = []byte("\n\n")
+
+// writeSSE reads the next bytes of an event stream. Almost all of a model's stream is text deltas,
+// which carry no usage: a run of whole events in which the bytes `usage"` do not occur (and so no
+// event's data has a "usage" key: the data is its lines' values joined by LF, and the key holds
+// none) changes nothing and is skipped with two searches, which run at memory speed, instead of
+// being split into lines. Only runs of LF-ended lines that start where an event starts are skipped;
+// everything else (the event a chunk starts in the middle of, the tail, CR line ends) goes through
+// the parser, which stays the only judge of where events end.
+func (m *Meter) writeSSE(p []byte) {
+	for len(p) > 0 {
+		if !m.atEventStart() {
+			i := bytes.Index(p, blankLF)
+			if i < 0 {
+				m.sse.Write(p)
+				return
+			}
+			m.sse.Write(p[:i+2])
+			if p = p[i+2:]; !m.atEventStart() {
+				m.sse.Write(p)
+				return
+			}
+			continue
+		}
+		j := bytes.LastIndex(p, blankLF)
+		if j < 0 {
+			m.sse.Write(p)
+			return
+		}
+		if run := p[:j+2]; bytes.Contains(run, usageKey[1:]) || bytes.IndexByte(run, '\r') >= 0 {
+			m.sse.Write(p)
+			return
+		}
+		p = p[j+2:]
+	}
+}
+
+// atEventStart reports whether the stream is at the start of a line, between events: nothing of an
+// event is held or being scanned.
+func (m *Meter) atEventStart() bool {
+	s := m.sse
+	return !s.afterCR && !s.inValue && s.lineLen == 0 && len(s.field) == 0 && !s.hasData && len(s.name) == 0 &&
+		len(m.hold) == 0 && !m.scanning
 }
 
 // Usage is the usage the answer reported. Known is true only once the figures are final; before

@@ -106,6 +106,31 @@ var rules = []rule{
 		Why:    "a leaf: the one list of method-override headers, shared by the policy (data) and the gateway's checks",
 	},
 	{
+		From:   m("internal/udiff"),
+		Forbid: []string{m("...")},
+		Why:    "a leaf: a unified diff of two texts, for any file cordon proposes to change",
+	},
+	{
+		From:   m("internal/suggest"),
+		Forbid: []string{m("internal/egress/..."), m("internal/sandbox/..."), m("internal/creds/..."), m("internal/runstate/..."), m("internal/workspace/...")},
+		Why:    "a suggestion is text made from a finished log and a file: it reads no run state and touches no gateway, so nothing in it can widen a policy while an agent runs",
+	},
+	{
+		From:   m("internal/policyimport"),
+		Forbid: []string{m("internal/egress/..."), m("internal/sandbox/..."), m("internal/creds/..."), m("internal/runstate/..."), m("internal/workspace/...")},
+		Why:    "an import translates one settings file into policy text, nothing more",
+	},
+	{
+		From:   m("internal/gitref"),
+		Forbid: []string{m("...")},
+		Why:    "a leaf: the one reading of git's ref-name syntax, shared by the policy (branch globs) and the gateway (pushed refs)",
+	},
+	{
+		From:   m("internal/egress/gitpush"),
+		Forbid: []string{m("internal/policy/..."), m("internal/egress/intercept/..."), m("internal/audit/...")},
+		Why:    "the push parser is protocol only: the interceptor hands it bodies and rules as plain values, so it can be fuzzed and reused alone",
+	},
+	{
 		From:   m("..."),
 		Forbid: []string{m("cmd/..."), m("bench/...")},
 		Why:    "the CLI and the benchmarks are clients: the run is the library (package cordon), and nothing is built on a main package",

@@ -164,7 +164,7 @@ func (d *decoder) checkBudgets(p *Policy, budgets *yaml.Node) error {
 }
 
 // interceptedHost reports whether the gateway terminates TLS for host: a credential is bound to it or
-// an http rule restricts it.
+// an http or git rule restricts it.
 func interceptedHost(p *Policy, host string) bool {
 	for _, c := range p.Credentials {
 		for _, pat := range c.Inject.Hosts {
@@ -176,6 +176,11 @@ func interceptedHost(p *Policy, host string) bool {
 	if p.Network != nil {
 		for _, r := range p.Network.HTTP {
 			if hostMatches(r.Host, host) {
+				return true
+			}
+		}
+		for _, r := range p.Network.Git {
+			if r.Host == host {
 				return true
 			}
 		}

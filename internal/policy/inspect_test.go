@@ -54,7 +54,7 @@ func TestParseInspect(t *testing.T) {
 			if err != nil {
 				t.Fatalf("rendered policy does not parse: %v\n%s", err, out)
 			}
-			back.Source = p.Source
+			back.Source, back.SourceSHA256 = p.Source, p.SourceSHA256
 			if !reflect.DeepEqual(back, p) {
 				t.Fatalf("round trip changed the policy:\n%s", out)
 			}

@@ -36,15 +36,8 @@ func Locate(explicit string, env LocateEnv) (string, error) {
 		}
 		return abs, nil
 	}
-	var p string
-	switch {
-	case env.UID == 0:
-		p = SystemPolicyPath
-	case filepath.IsAbs(env.XDGConfigHome): // the XDG spec says to ignore a relative value
-		p = filepath.Join(env.XDGConfigHome, "cordon", "policy.yaml")
-	case filepath.IsAbs(env.Home):
-		p = filepath.Join(env.Home, ".config", "cordon", "policy.yaml")
-	default:
+	p := DefaultPath(env)
+	if p == "" {
 		return "", nil
 	}
 	if err := checkFile(p); err != nil {
@@ -54,6 +47,21 @@ func Locate(explicit string, env LocateEnv) (string, error) {
 		return "", err
 	}
 	return p, nil
+}
+
+// DefaultPath is where Locate looks when no file is named: SystemPolicyPath for root, else
+// $XDG_CONFIG_HOME/cordon/policy.yaml (XDG_CONFIG_HOME defaulting to Home/.config); "" when neither
+// is known. cordon policy suggest creates the file there for a run that had the built-in default.
+func DefaultPath(env LocateEnv) string {
+	switch {
+	case env.UID == 0:
+		return SystemPolicyPath
+	case filepath.IsAbs(env.XDGConfigHome): // the XDG spec says to ignore a relative value
+		return filepath.Join(env.XDGConfigHome, "cordon", "policy.yaml")
+	case filepath.IsAbs(env.Home):
+		return filepath.Join(env.Home, ".config", "cordon", "policy.yaml")
+	}
+	return ""
 }
 
 func checkFile(p string) error {

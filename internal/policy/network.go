@@ -25,6 +25,9 @@ type Network struct {
 	TLS     TLS
 	// HTTP restricts requests to a host by method and path; it implies TLS interception for that host.
 	HTTP []HTTPRule
+	// Git says what may be pushed to repositories on a host (git.go); it implies TLS interception
+	// for that host.
+	Git []GitRule
 }
 
 // Endpoint is a host pattern and the TCP ports allowed on it.
@@ -78,7 +81,7 @@ type HTTPAllow struct {
 
 func (d *decoder) network(n *yaml.Node, path string) (*Network, error) {
 	nw := &Network{}
-	_, err := d.mapping(n, path,
+	seen, err := d.mapping(n, path,
 		field{"allow", func(v *yaml.Node, p string) error {
 			seen := map[string]bool{}
 			return d.list(v, p, func(item *yaml.Node, ip string) error {
@@ -161,7 +164,14 @@ func (d *decoder) network(n *yaml.Node, path string) (*Network, error) {
 				return nil
 			})
 		}},
+		field{"git", func(v *yaml.Node, p string) (err error) {
+			nw.Git, err = d.gitRules(v, p)
+			return err
+		}},
 	)
+	if err == nil && seen["git"] != nil {
+		err = d.checkGitHosts(nw, seen["git"])
+	}
 	return nw, err
 }
 

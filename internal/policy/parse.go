@@ -2,6 +2,8 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +65,8 @@ func Parse(name string, data []byte, opts Options) (*Policy, error) {
 		return nil, err
 	}
 	p.Source = name
+	sum := sha256.Sum256(data)
+	p.SourceSHA256 = hex.EncodeToString(sum[:])
 	return p, nil
 }
 

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/netip"
 	"os"
@@ -46,6 +48,7 @@ func examplePolicy() *Policy {
 			HTTP: []HTTPRule{{Host: "github.com", Allow: []HTTPAllow{
 				{Methods: []string{"GET", "POST"}, Paths: []string{"/acme/app.git/*", "/acme/app/*"}},
 			}}},
+			Git: []GitRule{{Host: "github.com", Repos: []string{"acme/app"}, Push: GitPush{Branches: []string{"agent/*"}}}},
 		},
 		Credentials: []Credential{
 			{
@@ -95,6 +98,11 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
+	// The hash of the bytes parsed, which a run records (runstate.PolicyRef).
+	if sum := sha256.Sum256(data); got.SourceSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("SourceSHA256 = %q, not the SHA-256 of the file", got.SourceSHA256)
+	}
+	got.SourceSHA256 = ""
 	if want := examplePolicy(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse(example.yaml) =\n%+v\nwant\n%+v", got, want)
 	}
@@ -158,6 +166,7 @@ func TestParseMinimal(t *testing.T) {
 	}
 	want := Default()
 	want.Source = "p.yaml"
+	want.SourceSHA256 = "09bfcc6a14b83e2192b8673677725c84883ee9cd0c70e45c9ec09daa8f2b2847" // of "version: 1\n"
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("Parse(version: 1) = %+v, want %+v", p, want)
 	}

@@ -38,6 +38,10 @@ type Policy struct {
 	Budgets     []Budget
 	// Source is the file the policy was read from, or BuiltinSource.
 	Source string
+	// SourceSHA256 is the hex SHA-256 of the bytes parsed (empty for the built-in default). A run
+	// records it so that cordon policy suggest --write can refuse to edit a file that changed since:
+	// a suggestion made against one text must not be spliced into another.
+	SourceSHA256 string
 }
 
 // Options carries what parsing needs from the caller.

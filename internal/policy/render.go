@@ -97,6 +97,7 @@ type docNetwork struct {
 		Inspect any    `yaml:"inspect,omitempty"` // InspectAll or the list of hosts
 	} `yaml:"tls,omitempty"`
 	HTTP []docHTTPRule `yaml:"http,omitempty"`
+	Git  []docGitRule  `yaml:"git,omitempty"`
 }
 
 type docEndpoint struct {
@@ -226,6 +227,7 @@ func (p *Policy) doc() docPolicy {
 			}
 			dn.HTTP = append(dn.HTTP, dr)
 		}
+		dn.Git = docGitRules(nw.Git)
 		d.Network = dn
 	}
 	for _, c := range p.Credentials {

@@ -49,7 +49,7 @@ func TestRenderRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render output does not parse: %v\n%s", err, out)
 			}
-			back.Source = p.Source
+			back.Source, back.SourceSHA256 = p.Source, p.SourceSHA256
 			if !reflect.DeepEqual(back, p) {
 				t.Errorf("round trip changed the policy\n got %+v\nwant %+v\n%s", back, p, out)
 			}

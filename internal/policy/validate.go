@@ -186,6 +186,17 @@ func checkMethod(s string) (string, error) {
 	return s, nil
 }
 
+// CheckHTTPPath says what the policy would refuse in s as a network.http path, or nil, and
+// ValidMethod whether it takes m as a method: for a program that writes policy lines (cordon policy
+// suggest) to know before writing what the file would refuse.
+func CheckHTTPPath(s string) error {
+	_, err := checkHTTPPath(s)
+	return err
+}
+
+// ValidMethod: see CheckHTTPPath.
+func ValidMethod(m string) bool { return validMethod(m) }
+
 // checkHTTPPath validates a request path pattern: absolute, no query or fragment, no dot segments.
 func checkHTTPPath(s string) (string, error) {
 	if !strings.HasPrefix(s, "/") {

@@ -38,6 +38,18 @@ func (r *Run) Sync() error {
 	return nil
 }
 
+// SyncMeta makes the run's metadata durable as it is now (meta.json and the directory entry it was
+// renamed into), for a record that Sync made durable earlier and that FinishLazy changed since.
+func (r *Run) SyncMeta() error {
+	if err := syncFile(filepath.Join(r.Dir, metaFile)); err != nil {
+		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+	}
+	if err := SyncDir(r.Dir); err != nil {
+		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+	}
+	return nil
+}
+
 func syncFile(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {

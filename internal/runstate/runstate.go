@@ -71,6 +71,19 @@ type Meta struct {
 	PIDStart uint64 `json:"pid_start"`
 	// Branch is the branch an export created.
 	Branch string `json:"branch,omitempty"`
+	// Policy names the policy the run was started with; nil in the record of a run from a cordon
+	// that did not record it.
+	Policy *PolicyRef `json:"policy,omitempty"`
+}
+
+// PolicyRef names the policy file a run used and the exact bytes it read, so that what the run was
+// refused can later be turned into an edit of that file (cordon policy suggest), and the edit refused
+// when the file has changed since.
+type PolicyRef struct {
+	// Path is the file read (symlinks resolved); empty when the run had the built-in default.
+	Path string `json:"path,omitempty"`
+	// SHA256 is the hex SHA-256 of the file's bytes as parsed.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Run is one run directory and its metadata as last read.
@@ -391,7 +404,9 @@ func (r *Run) Update(fn func(*Meta) error) error {
 }
 
 // UpdateLocked is Update for a caller that already holds Lock.
-func (r *Run) UpdateLocked(fn func(*Meta) error) error {
+func (r *Run) UpdateLocked(fn func(*Meta) error) error { return r.updateLocked(fn, true) }
+
+func (r *Run) updateLocked(fn func(*Meta) error, durable bool) error {
 	m, err := readMeta(r.Dir)
 	if err != nil {
 		return err
@@ -407,7 +422,7 @@ func (r *Run) UpdateLocked(fn func(*Meta) error) error {
 	if m.State != old {
 		m.StateChanged = time.Now()
 	}
-	if err := writeMeta(r.Dir, m, true); err != nil {
+	if err := writeMeta(r.Dir, m, durable); err != nil {
 		return err
 	}
 	r.Meta = *m
@@ -422,10 +437,25 @@ func (r *Run) SetState(state string) error {
 
 // Finish records that the agent's command ended with code.
 func (r *Run) Finish(code int) error {
-	return r.Update(func(m *Meta) error {
+	return r.Update(finish(code))
+}
+
+// FinishLazy is Finish without the fsyncs, for a run that is removed as it ends (nothing of it need
+// reach the disk) or made durable after (Sync or SyncMeta). Readers see the old record or the new.
+func (r *Run) FinishLazy(code int) error {
+	unlock, err := r.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.updateLocked(finish(code), false)
+}
+
+func finish(code int) func(*Meta) error {
+	return func(m *Meta) error {
 		m.State, m.ExitCode, m.Ended = StateExited, code, time.Now()
 		return nil
-	})
+	}
 }
 
 // writeMeta replaces meta.json atomically: a reader sees the old or the new file, never a torn one,

@@ -292,6 +292,32 @@ func TestCreateLazyThenSync(t *testing.T) {
 	}
 }
 
+// TestFinishLazy: a lazy finish is what readers see at once, the state change stamped like Finish's;
+// SyncMeta makes it durable and, on a removed run, says it could not.
+func TestFinishLazy(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	r, err := s.CreateLazy(Meta{Project: "/p", Command: []string{"agent"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.FinishLazy(7); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(r.Dir)
+	if err != nil || got.Meta.State != StateExited || got.Meta.ExitCode != 7 || got.Meta.Ended.IsZero() || got.Meta.StateChanged.IsZero() {
+		t.Fatalf("Load = %+v, %v; want an exited run with code 7, its end and state change stamped", got, err)
+	}
+	if err := r.SyncMeta(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(r.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SyncMeta(); err == nil {
+		t.Fatal("SyncMeta of a removed run succeeded")
+	}
+}
+
 // zombie starts a child that exits at once and is not reaped until the test ends, and returns its
 // pid and start time: the process a killed cordon leaves while its parent has not waited for it.
 func zombie(t *testing.T) (int, uint64) {

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,31 +14,46 @@ import (
 	"time"
 )
 
-// rulesVersion names the rules a cache was made with; change it with any rule, so that a cache made by
+// rulesVersion names the rules and the cache's form; change it with any rule, so that a cache made by
 // an older cordon is not trusted.
-const rulesVersion = "1"
+const rulesVersion = "2"
 
 // cacheMagic starts a cache file.
 const cacheMagic = "cordon-scan-cache"
 
-// Cache remembers which files a scan read and found clean, by their identity (device, inode, size,
-// modification and change time), so that the next scan of the same tree reads only files that
-// changed: one lstat instead of open, fstat, read and close. A file with findings is not cached; it is
-// read again each time. The change time cannot be set by a user, so a file rewritten with its old
-// modification time is still read again. As the kernel stamps times with a clock that ticks every few
-// milliseconds, a file changed within a second before the scan is not cached (git's "racily clean"
-// entries): a rewrite in the same tick could leave its identity unchanged.
+// Cache remembers, per directory, what the last scan saw there, so that the next scan of the same tree
+// costs one lstat per directory rather than one per file, and holds O(directories) in memory:
+//
+//   - the directory's identity (device, inode, size, modification and change time). A name added,
+//     removed or renamed in it, a file replaced by another (an editor's save by rename), a link made,
+//     a file system mounted over it: each changes this identity, and a changed directory is listed
+//     and every file in it judged again, content included.
+//   - its subdirectories (walked, each against its own record), and whether it is third-party (not
+//     scanned below).
+//   - its candidates: the files whose names mark configuration, keys or environment (dotfiles, .env*,
+//     *.json, *.yaml, *.pem, .git/config, ...: what Options.ConfigOnly reads), kept with their own
+//     identity when clean. Writing a file does not change its directory, so these are stat'ed on
+//     every scan and read again when they changed; the change time cannot be set by a user, so a file
+//     rewritten with its old modification time (touch -r) is read again.
+//   - the names judged again on every scan: files with findings, unreadable ones, and any file changed
+//     within racyWindow before the scan (git's "racily clean" entries: a rewrite in the same clock tick
+//     could leave its identity unchanged).
+//
+// What the cache gives up: the content of other files (source code, text) is read when the file first
+// appears in a directory, when the directory changes, or when the cache is lost, but not when the
+// file is written in place, since only a stat of every file would see that. The name rules are never
+// affected: a name cannot appear without its directory changing.
 //
 // A Cache is meant to be kept in cordon's own state, which the sandbox never sees; whoever can write
 // it can hide a file from the scan. Its zero value is not usable: use NewCache or ReadCache.
 type Cache struct {
 	mu   sync.Mutex
-	key  string                  // the rules and options the entries were made with
-	old  map[string]fileIdentity // from the last scan: what may be trusted now
-	next map[string]fileIdentity // clean files seen by this scan
-	// racy is how long before a scan's start a change must be for the file to be cached.
+	key  string                // the rules and options the records were made with
+	old  map[string]*dirRecord // from the last scan: what may be trusted now, by directory
+	next map[string]*dirRecord // what this scan saw
+	// racy is how long before a scan's start a change must be for it to be trusted.
 	racy time.Duration
-	// before is the latest change time (ns) a file may have to be cached by this scan.
+	// before is the latest change time (ns) a file or directory may have to be trusted by this scan.
 	before int64
 	// rekeyed says the last scan began with another key than the cache had.
 	rekeyed bool
@@ -46,23 +62,47 @@ type Cache struct {
 // racyWindow is Cache.racy's value: far longer than a clock tick.
 const racyWindow = time.Second
 
-// fileIdentity is what says a file has not changed since it was read.
+// fileIdentity is what says a file or directory has not changed since it was read.
 type fileIdentity struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime int64 // nanoseconds
 }
 
-// NewCache returns an empty cache.
-func NewCache() *Cache {
-	return &Cache{old: map[string]fileIdentity{}, next: map[string]fileIdentity{}, racy: racyWindow}
+// dirRecord is what a scan saw in one directory.
+type dirRecord struct {
+	id fileIdentity
+	// seen says the directory itself was listed (or found unchanged) and is not racy: only such a
+	// record is written. Without it the record holds only results for its files that arrived.
+	seen bool
+	// skip: a third-party directory, nothing below it scanned.
+	skip bool
+	// dirs are the subdirectories to walk.
+	dirs []string
+	// files are the candidates found clean, by name (relative to the directory: ".git/config" is one).
+	files map[string]fileIdentity
+	// again are the names judged on every scan.
+	again []string
 }
 
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{old: map[string]*dirRecord{}, next: map[string]*dirRecord{}, racy: racyWindow}
+}
+
+// Cache lines after the header, one record per directory, its lines after its "d" line:
+//
+//	d DEV INO SIZE MTIME CTIME SKIP "dir"   the directory, relative to the root ("." is the root)
+//	s "name"                                a subdirectory
+//	f DEV INO SIZE MTIME CTIME "name"       a candidate found clean
+//	a "name"                                a name judged on every scan
+
 // ReadCache reads a cache written by Cache.WriteTo. A cache made with other rules or options is read
-// as empty when a scan begins; a malformed one is an error (the caller can start with NewCache).
+// as empty when a scan begins; a malformed one is an error naming the line (the caller can start with
+// NewCache).
 func ReadCache(r io.Reader) (*Cache, error) {
 	c := NewCache()
-	br := bufio.NewReader(r)
+	br := bufio.NewReaderSize(r, 64<<10)
 	head, err := br.ReadString('\n')
 	if err != nil {
 		return nil, fmt.Errorf("scan cache: header: %w", err)
@@ -72,6 +112,7 @@ func ReadCache(r io.Reader) (*Cache, error) {
 		return nil, errors.New("scan cache: not a scan cache")
 	}
 	c.key = key
+	var cur *dirRecord
 	for n := 2; ; n++ {
 		line, err := br.ReadString('\n')
 		if err == io.EOF && line == "" {
@@ -80,94 +121,171 @@ func ReadCache(r io.Reader) (*Cache, error) {
 		if err != nil {
 			return nil, fmt.Errorf("scan cache: line %d: %w", n, err)
 		}
-		rel, id, err := parseCacheLine(strings.TrimSuffix(line, "\n"))
-		if err != nil {
+		if cur, err = c.parseLine(strings.TrimSuffix(line, "\n"), cur); err != nil {
 			return nil, fmt.Errorf("scan cache: line %d: %w", n, err)
 		}
-		c.old[rel] = id
 	}
 }
 
-// parseCacheLine reads "dev ino size mtime ctime quoted-path".
-func parseCacheLine(line string) (string, fileIdentity, error) {
-	var nums [5]int64
-	for i := range nums {
-		field, rest, ok := strings.Cut(line, " ")
+// parseLine adds one line to the cache; cur is the directory the line belongs to, and the result the
+// one the next line does.
+func (c *Cache) parseLine(line string, cur *dirRecord) (*dirRecord, error) {
+	tag, rest, _ := strings.Cut(line, " ")
+	var nums [6]int64
+	var fields int
+	switch tag {
+	case "d":
+		fields = 6
+	case "f":
+		fields = 5
+	case "s", "a":
+	default:
+		return nil, fmt.Errorf("unknown record %q", tag)
+	}
+	for i := range fields {
+		field, r, ok := strings.Cut(rest, " ")
 		if !ok {
-			return "", fileIdentity{}, errors.New("too few fields")
+			return nil, errors.New("too few fields")
 		}
 		v, err := strconv.ParseInt(field, 10, 64)
 		if err != nil {
-			return "", fileIdentity{}, err
+			return nil, err
 		}
-		nums[i], line = v, rest
+		nums[i], rest = v, r
 	}
-	rel, err := strconv.Unquote(line)
+	name, err := strconv.Unquote(rest)
 	if err != nil {
-		return "", fileIdentity{}, fmt.Errorf("path: %w", err)
+		return nil, fmt.Errorf("path: %w", err)
 	}
-	return rel, fileIdentity{dev: uint64(nums[0]), ino: uint64(nums[1]), size: nums[2], mtime: nums[3], ctime: nums[4]}, nil
+	id := fileIdentity{dev: uint64(nums[0]), ino: uint64(nums[1]), size: nums[2], mtime: nums[3], ctime: nums[4]}
+	if tag == "d" {
+		if c.old[name] != nil {
+			return nil, fmt.Errorf("directory %q twice", name)
+		}
+		rec := &dirRecord{id: id, seen: true, skip: nums[5] != 0}
+		c.old[name] = rec
+		return rec, nil
+	}
+	if cur == nil {
+		return nil, errors.New("an entry before any directory")
+	}
+	switch tag {
+	case "s":
+		cur.dirs = append(cur.dirs, name)
+	case "f":
+		if cur.files == nil {
+			cur.files = map[string]fileIdentity{}
+		}
+		cur.files[name] = id
+	case "a":
+		cur.again = append(cur.again, name)
+	}
+	return cur, nil
 }
 
-// WriteTo writes the clean files the last scan saw (not those of earlier scans: a deleted file
-// drops out), sorted, for ReadCache.
+// WriteTo writes what the last scan saw (not what earlier scans did: a deleted directory drops out),
+// sorted, for ReadCache.
 func (c *Cache) WriteTo(w io.Writer) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	bw := bufio.NewWriter(w)
-	cw := &countWriter{w: bw}
-	fmt.Fprintf(cw, "%s %s\n", cacheMagic, c.key)
-	paths := make([]string, 0, len(c.next))
-	for p := range c.next {
-		paths = append(paths, p)
+	n, err := w.Write(encode(c.key, c.next))
+	if err != nil {
+		return int64(n), fmt.Errorf("scan cache: %w", err)
 	}
-	slices.Sort(paths)
-	var line []byte
-	for _, p := range paths {
-		id := c.next[p]
-		line = line[:0]
-		for _, v := range []int64{int64(id.dev), int64(id.ino), id.size, id.mtime, id.ctime} {
-			line = strconv.AppendInt(line, v, 10)
-			line = append(line, ' ')
+	return int64(n), nil
+}
+
+// encode renders records in the cache's form, sorted so that the same tree gives the same bytes.
+func encode(key string, recs map[string]*dirRecord) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %s\n", cacheMagic, key)
+	dirs := make([]string, 0, len(recs))
+	for d, rec := range recs {
+		if rec.seen {
+			dirs = append(dirs, d)
 		}
-		line = strconv.AppendQuote(line, p)
-		line = append(line, '\n')
-		cw.Write(line)
 	}
-	if cw.err == nil {
-		cw.err = bw.Flush()
+	slices.Sort(dirs)
+	var line []byte
+	ident := func(tag string, id fileIdentity, extra ...int64) {
+		line = append(line[:0], tag...)
+		for _, v := range append([]int64{int64(id.dev), int64(id.ino), id.size, id.mtime, id.ctime}, extra...) {
+			line = append(line, ' ')
+			line = strconv.AppendInt(line, v, 10)
+		}
+		line = append(line, ' ')
 	}
-	if cw.err != nil {
-		return cw.n, fmt.Errorf("scan cache: %w", cw.err)
+	named := func(name string) {
+		line = strconv.AppendQuote(line, name)
+		b.Write(append(line, '\n'))
 	}
-	return cw.n, nil
+	for _, d := range dirs {
+		rec := recs[d]
+		skip := int64(0)
+		if rec.skip {
+			skip = 1
+		}
+		ident("d", rec.id, skip)
+		named(d)
+		for _, s := range sorted(rec.dirs) {
+			line = append(line[:0], "s "...)
+			named(s)
+		}
+		names := make([]string, 0, len(rec.files))
+		for name := range rec.files {
+			names = append(names, name)
+		}
+		for _, name := range sorted(names) {
+			ident("f", rec.files[name])
+			named(name)
+		}
+		for _, a := range sorted(rec.again) {
+			line = append(line[:0], "a "...)
+			named(a)
+		}
+	}
+	return b.Bytes()
 }
 
-type countWriter struct {
-	w   io.Writer
-	n   int64
-	err error
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
-func (cw *countWriter) Write(p []byte) (int, error) {
-	if cw.err != nil {
-		return 0, cw.err
-	}
-	n, err := cw.w.Write(p)
-	cw.n += int64(n)
-	cw.err = err
-	return n, err
-}
-
-// Changed reports whether the last scan's entries differ from those it began with: a cache that would
-// be written out the same need not be written (the common start, where nothing changed).
+// Changed reports whether the last scan saw something else than the records it began with: a cache
+// that would be written out the same need not be written (the common start, where nothing changed).
+// It may say so of records that differ only in order, which costs a write and nothing else.
 func (c *Cache) Changed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rekeyed || !maps.Equal(c.old, c.next)
+	if c.rekeyed || seenCount(c.old) != seenCount(c.next) {
+		return true
+	}
+	for d, n := range c.next {
+		if !n.seen {
+			continue
+		}
+		o := c.old[d]
+		if o == nil || !o.seen || o.id != n.id || o.skip != n.skip || !slices.Equal(o.dirs, n.dirs) ||
+			!slices.Equal(o.again, n.again) || !maps.Equal(o.files, n.files) {
+			return true
+		}
+	}
+	return false
 }
 
-// begin starts a scan with the given rules-and-options key: the entries of the last scan become the
+func seenCount(recs map[string]*dirRecord) int {
+	n := 0
+	for _, r := range recs {
+		if r.seen {
+			n++
+		}
+	}
+	return n
+}
+
+// begin starts a scan with the given rules-and-options key: the records of the last scan become the
 // ones to trust, unless they were made with another key.
 func (c *Cache) begin(key string) {
 	c.mu.Lock()
@@ -177,30 +295,68 @@ func (c *Cache) begin(key string) {
 	}
 	c.rekeyed = c.key != key
 	if c.rekeyed {
-		c.old = map[string]fileIdentity{}
+		c.old = map[string]*dirRecord{}
 		c.key = key
 	}
-	c.next = make(map[string]fileIdentity, len(c.old))
+	c.next = make(map[string]*dirRecord, len(c.old))
 	c.before = time.Now().Add(-c.racy).UnixNano()
 }
 
-// clean reports whether rel was clean when last read and has not changed since, and if so keeps it.
-func (c *Cache) clean(rel string, id fileIdentity) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.old[rel]; ok && old == id {
-		c.next[rel] = id
-		return true
-	}
-	return false
+// racy reports whether a change at id's times may not be visible in them yet.
+func (c *Cache) racyID(id fileIdentity) bool {
+	return id.ctime > c.before || id.mtime > c.before
 }
 
-// record notes that rel, with this identity, was read and found clean.
-func (c *Cache) record(rel string, id fileIdentity) {
-	if id.ctime > c.before || id.mtime > c.before {
-		return // racily clean: see Cache
+// lookup returns the last scan's record of dir, or nil.
+func (c *Cache) lookup(dir string) *dirRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.old[dir]
+}
+
+// rec returns this scan's record of dir, made on first use; c.mu must be held.
+func (c *Cache) rec(dir string) *dirRecord {
+	r := c.next[dir]
+	if r == nil {
+		r = &dirRecord{}
+		c.next[dir] = r
+	}
+	return r
+}
+
+// sawDir records a directory listed (or found unchanged) with this identity, its subdirectories, and
+// whether it is third-party. A directory changed within the racy window is not recorded: the next
+// scan lists it again.
+func (c *Cache) sawDir(dir string, id fileIdentity, subdirs []string, skip bool) {
+	if c.racyID(id) {
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.next[rel] = id
+	r := c.rec(dir)
+	r.id, r.seen, r.skip, r.dirs = id, true, skip, subdirs
+}
+
+// clean records a candidate of dir read and found clean with this identity (one changed within the
+// racy window is judged again next time instead).
+func (c *Cache) clean(dir, name string, id fileIdentity) {
+	if c.racyID(id) {
+		c.again(dir, name)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.rec(dir)
+	if r.files == nil {
+		r.files = map[string]fileIdentity{}
+	}
+	r.files[name] = id
+}
+
+// again records a name of dir to judge on every scan.
+func (c *Cache) again(dir, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.rec(dir)
+	r.again = append(r.again, name)
 }

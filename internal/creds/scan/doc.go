@@ -57,8 +57,10 @@
 // Speed: cordon's start waits for the scan, so it reads only the first MaxRead bytes of each file,
 // skips by name before opening anything, walks with a pool of workers, and jumps between a few anchor
 // bytes with a vectorised search instead of looking at every byte. Two options trade coverage or state
-// for more: Options.Cache (kept in cordon's state) skips files that were clean and have not changed;
-// Options.ConfigOnly reads only files whose names mark configuration, keys or environment.
+// for more: Options.Cache (kept in cordon's state) records each directory, so that a later scan stats
+// the directories and the candidate files (names marking configuration, keys or environment) and reads
+// only what is new, in a changed directory, or a changed candidate: O(directories), whatever the
+// number of files (see Cache for what it gives up); Options.ConfigOnly reads only candidates.
 //
 // A finding never carries the secret: at most a redacted preview (the token's public prefix, a URL's
 // user and host) for the user to recognise it.

@@ -141,7 +141,7 @@ func ScanTree(ctx context.Context, root string, opt Options) ([]Finding, error) 
 		cache:       opt.Cache,
 	}
 	if opt.Cache != nil {
-		opt.Cache.begin(rulesVersion + " maxread=" + strconv.FormatInt(maxRead, 10))
+		opt.Cache.begin(cacheKey(opt, maxRead))
 	}
 	found, err := w.run(ctx, opt.Workers)
 	if err != nil {
@@ -149,6 +149,25 @@ func ScanTree(ctx context.Context, root string, opt Options) ([]Finding, error) 
 	}
 	sortFindings(found)
 	return slices.Compact(found), nil
+}
+
+// cacheKey names the rules and the options a scan's cache records depend on: which directories are
+// walked, which files are read, and how much of each.
+func cacheKey(opt Options, maxRead int64) string {
+	key := rulesVersion + " maxread=" + strconv.FormatInt(maxRead, 10)
+	if opt.NoDefaultSkip {
+		key += " no-default-skip"
+	}
+	if opt.ConfigOnly {
+		key += " config-only"
+	}
+	for _, g := range opt.Skip {
+		key += " skip=" + strconv.Quote(g)
+	}
+	for _, g := range opt.Allow {
+		key += " allow=" + strconv.Quote(g)
+	}
+	return key
 }
 
 // Paths returns the distinct file paths of the findings, sorted: what to mask.

@@ -34,6 +34,9 @@ type walker struct {
 	configOnly  bool
 	maxRead     int64
 	cache       *Cache
+	// rootFD is the root, opened for the cache's stats: a path relative to it costs the kernel fewer
+	// lookups than the absolute one, and a warm scan is one stat per directory.
+	rootFD int
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -43,10 +46,20 @@ type walker struct {
 	err     error
 }
 
-// job is a directory to list (dir, relative; "." is the root) or files to scan.
+// job is a directory to visit (dir, relative; "." is the root) or files of the directory parent to
+// scan (names relative to it).
 type job struct {
-	dir   string
-	files []string
+	dir    string
+	parent string
+	files  []string
+}
+
+// join is the relative path of name in the directory dir ("." is the root).
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
 }
 
 func (w *walker) run(ctx context.Context, workers int) ([]Finding, error) {
@@ -55,6 +68,13 @@ func (w *walker) run(ctx context.Context, workers int) ([]Finding, error) {
 		return nil, fmt.Errorf("scan %s: %w", w.root, err)
 	}
 	w.root = abs
+	w.rootFD = -1
+	if w.cache != nil {
+		if fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			w.rootFD = fd
+			defer unix.Close(fd)
+		}
+	}
 	if workers <= 0 {
 		workers = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -128,10 +148,10 @@ func (w *walker) work(ctx context.Context) {
 		var found []Finding
 		var err error
 		if j.dir != "" {
-			found, err = w.listDir(j.dir, buf)
+			found, err = w.visitDir(j.dir, buf)
 		} else {
-			for _, rel := range j.files {
-				found = append(found, w.scanFile(rel, buf)...)
+			for _, name := range j.files {
+				found = append(found, w.scanFile(j.parent, name, buf)...)
 			}
 		}
 		w.done(found, err)
@@ -143,11 +163,79 @@ func (w *walker) excluded(rel string, isDir bool) bool {
 	return w.skip.Match(rel, isDir) || w.allow.Match(rel, isDir)
 }
 
+// visitDir scans one directory: from the cache's record when the directory has not changed since
+// the last scan, by listing it otherwise.
+func (w *walker) visitDir(rel string, buf []byte) ([]Finding, error) {
+	if w.cache != nil {
+		if rec := w.cache.lookup(rel); rec != nil {
+			var st unix.Stat_t
+			var err error
+			if rel == "." {
+				err = unix.Stat(w.root, &st) // the root may be reached through a link, as when listed
+			} else {
+				err = w.lstat(rel, &st)
+			}
+			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && identityOf(&st) == rec.id {
+				return w.replay(rel, rec, buf), nil
+			}
+		}
+	}
+	return w.listDir(rel, buf)
+}
+
+// replay scans a directory that has not changed since the last scan, whose names are therefore those
+// the cache recorded: its subdirectories are visited, its candidates stat'ed and read again if they
+// changed, the names with findings judged again; its other files keep their verdict (see Cache).
+func (w *walker) replay(rel string, rec *dirRecord, buf []byte) []Finding {
+	w.cache.sawDir(rel, rec.id, rec.dirs, rec.skip)
+	if rec.skip {
+		return nil
+	}
+	for _, d := range rec.dirs {
+		w.push(job{dir: join(rel, d)})
+	}
+	var found []Finding
+	for name, id := range rec.files {
+		var st unix.Stat_t
+		if w.lstat(join(rel, name), &st) == nil && identityOf(&st) == id {
+			w.cache.clean(rel, name, id)
+			continue
+		}
+		found = append(found, w.scanFile(rel, name, buf)...)
+	}
+	for _, name := range rec.again {
+		found = append(found, w.judgeAgain(rel, name, buf)...)
+	}
+	return found
+}
+
+// lstat is lstat(2) of a path relative to the root.
+func (w *walker) lstat(rel string, st *unix.Stat_t) error {
+	if w.rootFD < 0 {
+		return unix.Lstat(filepath.Join(w.root, filepath.FromSlash(rel)), st)
+	}
+	return unix.Fstatat(w.rootFD, filepath.FromSlash(rel), st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// judgeAgain judges a name the cache says to judge on every scan, as what it is now.
+func (w *walker) judgeAgain(dir, name string, buf []byte) []Finding {
+	rel := join(dir, name)
+	var st unix.Stat_t
+	if err := w.lstat(rel, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		found := w.symlink(rel)
+		if len(found) > 0 {
+			w.cache.again(dir, name)
+		}
+		return found
+	}
+	return w.scanFile(dir, name, buf)
+}
+
 // listDir lists one directory, queues its subdirectories and its files in batches, and scans the
 // last batch itself. Only a root that cannot be listed is an error; another directory that cannot be
 // listed is a finding.
 func (w *walker) listDir(rel string, buf []byte) ([]Finding, error) {
-	entries, err := readDir(filepath.Join(w.root, filepath.FromSlash(rel)), rel != ".")
+	entries, id, err := readDir(filepath.Join(w.root, filepath.FromSlash(rel)), rel != ".")
 	switch {
 	case err != nil && rel == ".":
 		return nil, fmt.Errorf("scan %s: %w", w.root, err)
@@ -157,16 +245,16 @@ func (w *walker) listDir(rel string, buf []byte) ([]Finding, error) {
 		return []Finding{{Path: rel, Kind: "unreadable directory (not scanned)"}}, nil
 	}
 	if w.defaultSkip && rel != "." && w.thirdParty(rel, entries) {
+		if w.cache != nil && !hasEntry(entries, "CACHEDIR.TAG") { // a tag's content decided: read it again
+			w.cache.sawDir(rel, id, nil, true)
+		}
 		return nil, nil
 	}
 	var found []Finding
-	var batch []string
+	var batch, subdirs []string
 	for _, e := range entries {
 		name := e.Name()
-		child := name
-		if rel != "." {
-			child = rel + "/" + name
-		}
+		child := join(rel, name)
 		t := e.Type()
 		switch {
 		case t.IsDir():
@@ -175,29 +263,37 @@ func (w *walker) listDir(rel string, buf []byte) ([]Finding, error) {
 			}
 			if w.defaultSkip && defaultSkipDirs[name] {
 				if name == ".git" && !w.excluded(child+"/config", false) {
-					batch = append(batch, child+"/config")
+					batch = append(batch, name+"/config")
 				}
 				continue
 			}
+			subdirs = append(subdirs, name)
 			w.push(job{dir: child})
 		case t&fs.ModeSymlink != 0:
 			if !w.excluded(child, false) {
-				found = append(found, w.symlink(child)...)
+				f := w.symlink(child)
+				if len(f) > 0 {
+					w.judgeNextTime(rel, name)
+				}
+				found = append(found, f...)
 			}
 		case t.IsRegular():
 			if w.excluded(child, false) {
 				continue
 			}
-			batch = append(batch, child)
+			batch = append(batch, name)
 			if len(batch) == fileBatch {
-				w.push(job{files: batch})
+				w.push(job{parent: rel, files: batch})
 				batch = nil
 			}
 		}
 		// Devices, pipes and sockets are neither secrets nor safe to open.
 	}
-	for _, f := range batch {
-		found = append(found, w.scanFile(f, buf)...)
+	if w.cache != nil {
+		w.cache.sawDir(rel, id, subdirs, false)
+	}
+	for _, name := range batch {
+		found = append(found, w.scanFile(rel, name, buf)...)
 	}
 	return found, nil
 }
@@ -232,20 +328,27 @@ func hasEntry(entries []fs.DirEntry, names ...string) bool {
 	return false
 }
 
-// readDir lists a directory without sorting (the findings are sorted at the end). noFollow refuses a
-// directory that became a symbolic link since its parent was listed, so the walk never leaves root.
-func readDir(abs string, noFollow bool) ([]fs.DirEntry, error) {
+// readDir lists a directory without sorting (the findings are sorted at the end), and returns its
+// identity as it was before the listing (a change during the listing shows in the next scan's stat).
+// noFollow refuses a directory that became a symbolic link since its parent was listed, so the walk
+// never leaves root.
+func readDir(abs string, noFollow bool) ([]fs.DirEntry, fileIdentity, error) {
 	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
 	if noFollow {
 		flags |= unix.O_NOFOLLOW
 	}
 	fd, err := unix.Open(abs, flags, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: abs, Err: err}
+		return nil, fileIdentity{}, &fs.PathError{Op: "open", Path: abs, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), abs)
 	defer f.Close()
-	return f.ReadDir(-1)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fileIdentity{}, &fs.PathError{Op: "fstat", Path: abs, Err: err}
+	}
+	entries, err := f.ReadDir(-1)
+	return entries, identityOf(&st), err
 }
 
 // errNotRegular says a path listed as a regular file is something else now.
@@ -286,33 +389,46 @@ func readHead(abs string, buf []byte, st *unix.Stat_t) (int, error) {
 	return n, nil
 }
 
-// scanFile judges one regular file by its name and, when the name leaves it open, by the start of its
-// content.
-func (w *walker) scanFile(rel string, buf []byte) []Finding {
+// scanFile judges one regular file of the directory dir by its name and, when the name leaves it
+// open, by the start of its content, and tells the cache what to do with it next time.
+func (w *walker) scanFile(dir, name string, buf []byte) []Finding {
+	rel := join(dir, name)
 	c := classify(rel)
 	if c.definite != "" {
+		w.judgeNextTime(dir, name)
 		return []Finding{{Path: rel, Kind: c.definite}}
 	}
 	if c.binary && c.magic == magicNone || w.configOnly && c.other {
-		return nil
+		return nil // the name decides, and a name does not change without its directory
 	}
-	abs := filepath.Join(w.root, filepath.FromSlash(rel))
 	var st unix.Stat_t
-	if w.cache != nil && unix.Lstat(abs, &st) == nil && w.cache.clean(rel, identityOf(&st)) {
-		return nil
-	}
-	n, err := readHead(abs, buf, &st)
+	n, err := readHead(filepath.Join(w.root, filepath.FromSlash(rel)), buf, &st)
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, errNotRegular):
-		return nil // gone, or no longer a regular file, since it was listed
+		w.judgeNextTime(dir, name) // gone, or no longer a regular file, since it was listed
+		return nil
 	case err != nil:
+		w.judgeNextTime(dir, name)
 		return []Finding{{Path: rel, Kind: "unreadable file (not scanned)"}}
 	}
 	found := judge(rel, c, buf[:n])
-	if w.cache != nil && len(found) == 0 {
-		w.cache.record(rel, identityOf(&st))
+	switch id := identityOf(&st); {
+	case w.cache == nil:
+	case len(found) > 0:
+		w.cache.again(dir, name)
+	case !c.other:
+		w.cache.clean(dir, name, id)
+	case w.cache.racyID(id):
+		w.cache.again(dir, name) // read maybe before a write in the same clock tick
 	}
 	return found
+}
+
+// judgeNextTime has the cache judge a name again on the next scan.
+func (w *walker) judgeNextTime(dir, name string) {
+	if w.cache != nil {
+		w.cache.again(dir, name)
+	}
 }
 
 // judge applies the content rules for a file of class c to the start of its content.

@@ -22,6 +22,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/budget"
 	"github.com/cordon-sandbox/cordon/internal/egress"
 	"github.com/cordon-sandbox/cordon/internal/egress/dns"
+	"github.com/cordon-sandbox/cordon/internal/egress/gitpush"
 	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
 	"github.com/cordon-sandbox/cordon/internal/egress/names"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
@@ -62,7 +63,7 @@ type Config struct {
 	// function given here gets the name without a trailing dot and must not apply a search list.
 	LookupNetIP func(ctx context.Context, host string) ([]netip.Addr, error)
 	// InjectHosts are the host patterns credentials are bound to. They, the hosts of Network.HTTP
-	// and those of Network.TLS.Inspect are intercepted: the gateway terminates TLS for them with a
+	// and Network.Git and those of Network.TLS.Inspect are intercepted: the gateway terminates TLS for them with a
 	// per-run CA.
 	InjectHosts []string
 	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
@@ -131,6 +132,11 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: a credential is bound to %s, which the network policy never allows (add it to network.allow)", h)
 		}
 	}
+	for i, r := range cfg.Network.Git {
+		if !matcher.Known(r.Host) {
+			return nil, fmt.Errorf("gateway: network.git[%d]: %s is never allowed by the network policy (add it to network.allow)", i, r.Host)
+		}
+	}
 	for i, h := range cfg.Network.TLS.Inspect {
 		if !strings.HasPrefix(h, "*.") && !matcher.Known(h) {
 			return nil, fmt.Errorf("gateway: network.tls.inspect[%d]: %s is never allowed by the network policy (add it to network.allow)", i, h)
@@ -145,7 +151,7 @@ func New(cfg Config) (*Gateway, error) {
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: origdst.Of, Notify: notices.refusedConn,
 	}
-	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
+	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.Network.Git) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices); err == nil {
 			pcfg.Intercept = g.ic
 		}
@@ -163,7 +169,7 @@ func New(cfg Config) (*Gateway, error) {
 	return nil, fmt.Errorf("gateway: %w", err)
 }
 
-// prepareInterception makes the run's CA and the interceptor for the hosts with HTTP rules or
+// prepareInterception makes the run's CA and the interceptor for the hosts with HTTP or git rules or
 // credentials, and those network.tls.inspect names (which get no rules: only the checks every
 // intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
 // host's roots plus network.tls.caFile.
@@ -191,12 +197,18 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 			rules[i].Allow = append(rules[i].Allow, intercept.Access{Methods: a.Methods, Paths: a.Paths, Body: a.Body, Websocket: a.Websocket, Headers: a.Headers})
 		}
 	}
+	git := make([]intercept.GitRule, len(cfg.Network.Git))
+	for i, r := range cfg.Network.Git {
+		p := r.Push
+		git[i] = intercept.GitRule{Host: r.Host, Repos: r.Repos,
+			Push: gitpush.Rule{Branches: p.Branches, Tags: p.Tags, Delete: p.Delete, Options: p.Options, Source: fmt.Sprintf("network.git[%d]", i)}}
+	}
 	var notify func(key, line string)
 	if notices != nil {
 		notify = func(key, line string) { notices.notify("http "+key, line) }
 	}
 	g.ic, err = intercept.New(intercept.Config{
-		CA: g.ca, Rules: rules, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
+		CA: g.ca, Rules: rules, Git: git, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
 		Notify: notify, Budgets: cfg.Budgets,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {

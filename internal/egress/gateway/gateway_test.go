@@ -38,6 +38,9 @@ func TestNewRefusesWhatItCannotEnforce(t *testing.T) {
 		{"rules with the upstream CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile}}, nil, ""},
 		{"missing CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile + ".missing"}}, nil, "network.tls.caFile"},
 		{"CA file without a certificate", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: garbage}}, nil, "holds no PEM certificate"},
+		{"git rule for an allowed host", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}}}}, nil, ""},
+		{"git rule for a host never allowed", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "git.test", Repos: []string{"a/b"}}}}, nil, "network.git[0]: git.test is never allowed"},
+		{"git rule with a bad glob", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}, Push: policy.GitPush{Branches: []string{"["}}}}}, nil, "network.git[0].push.branches"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nw := tc.network

@@ -94,10 +94,10 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		ev.Duration = time.Since(start)
 		i.rec.Record(ev)
 	}()
-	deny := func(status int, rule, reason, fix string) {
+	refuse := func(status int, rule, reason, fix string, write func()) {
 		ev.Rule, ev.Reason = rule, reason
 		ex.status = status
-		writeDenial(cw, r, c, logged, status, reason, fix)
+		write()
 		if i.notify != nil {
 			line := fmt.Sprintf("blocked %s %s://%s%s (%s)", r.Method, c.scheme, c.upstream(), logged, reason)
 			if fix != "" {
@@ -105,6 +105,9 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			}
 			i.notify(c.name+" "+r.Method+" "+rule, line)
 		}
+	}
+	deny := func(status int, rule, reason, fix string) {
+		refuse(status, rule, reason, fix, func() { writeDenial(cw, r, c, logged, status, reason, fix) })
 	}
 
 	if !authorityMatches(r.Host, c) || !hostHeadersMatch(r.Header.Values("Host"), c) {
@@ -127,8 +130,32 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusForbidden, gatewayRule, fmt.Sprintf("upgrade to %q is not relayed (only websocket)", up), "")
 		return
 	}
+	judged := false // a git rule allowed the request, so the HTTP rules are not asked
+	if g := i.gitFor(c.name); g != nil {
+		extra := up != "" || len(overridesOf(r.Header)) > 0 || bodyless(r.Method) && hasBody(r)
+		gv := i.judgeGit(g, r, target, extra)
+		for k, v := range gv.details {
+			ev.Detail[k] = v
+		}
+		switch gv.outcome {
+		case gitDeny:
+			if gv.message != "" {
+				gv.reason = strings.TrimSpace(gv.reason)
+			}
+			deny(gv.status, gv.rule, gv.reason, gv.fix)
+			return
+		case gitRefuse:
+			refuse(gv.status, gv.rule, gv.reason, gv.fix, func() { writeGitRefusal(cw, r, gv.body) })
+			return
+		case gitAllow:
+			judged = true
+			ev.Rule = gv.rule
+		}
+	}
 	var x extras
-	if i.rules.covers(c.name) {
+	switch {
+	case judged:
+	case i.rules.covers(c.name):
 		// What a rule must allow besides the method and path (request_checks.go).
 		if up != "" {
 			if err := checkWebsocket(r); err != nil {
@@ -139,19 +166,21 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		x.overrides = overridesOf(r.Header)
 		x.body = bodyless(r.Method) && hasBody(r)
-	} else if bodyless(r.Method) && hasBody(r) {
+	case bodyless(r.Method) && hasBody(r):
 		// A host intercepted for a credential or inspection has no rule that could allow it: a
 		// body on a bodyless method is what an upstream that ignores it reads as a second request
 		// (and a body credential would be put into it), as the plain-HTTP forwarder refuses too.
 		deny(http.StatusBadRequest, gatewayRule, fmt.Sprintf("a body on %s is refused (an upstream may read it as another request)", r.Method), "")
 		return
 	}
-	v := i.rules.judgeExtras(c.name, r.Method, target, x)
-	if !v.allow {
-		deny(http.StatusForbidden, v.rule, v.reason, v.fix)
-		return
+	if !judged {
+		v := i.rules.judgeExtras(c.name, r.Method, target, x)
+		if !v.allow {
+			deny(http.StatusForbidden, v.rule, v.reason, v.fix)
+			return
+		}
+		ev.Rule = v.rule
 	}
-	ev.Rule = v.rule
 	if i.modify != nil {
 		judged := r.URL.EscapedPath()
 		// The hook reads how the request goes upstream from its URL: "https" is TLS verified against
@@ -218,6 +247,15 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &countingBody{ReadCloser: r.Body}
 		r.Body = body
+		if r.ProtoMajor == 1 {
+			// The request body goes upstream while the answer comes back: without full duplex,
+			// net/http's HTTP/1 server discards and closes the body when the answer's header is
+			// written, while the transport may still be reading it (for bytes past its
+			// Content-Length, once the upstream answered), and the transport then closes the
+			// upstream connection and cuts the answer being streamed. (net/http's own HTTP/1
+			// ResponseWriter, which w is, always supports it.)
+			_ = http.NewResponseController(w).EnableFullDuplex()
+		}
 	}
 	i.proxy.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
 }

@@ -39,6 +39,9 @@ type Config struct {
 	CA *CA
 	// Rules restrict the HTTP requests to the hosts they name.
 	Rules []Rule
+	// Git judges the pushes to the hosts they name by the refs they change (git.go), and allows
+	// fetches of their repositories whatever Rules say.
+	Git []GitRule
 	// Hosts are further names to intercept without rules (for credential injection), in the syntax
 	// of Rule.Host.
 	Hosts []string
@@ -83,6 +86,7 @@ type Config struct {
 type Interceptor struct {
 	ca    *CA
 	rules ruleSet
+	git   []gitRule
 	hosts []hostPattern
 	// inspect and all are Config.Inspect and Config.All.
 	inspect []hostPattern
@@ -111,6 +115,10 @@ func New(cfg Config) (*Interceptor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("intercept: %w", err)
 	}
+	git, err := compileGit(cfg.Git)
+	if err != nil {
+		return nil, err
+	}
 	hosts, err := parseHostPatterns(cfg.Hosts)
 	if err != nil {
 		return nil, err
@@ -122,6 +130,7 @@ func New(cfg Config) (*Interceptor, error) {
 	i := &Interceptor{
 		ca:         cfg.CA,
 		rules:      rules,
+		git:        git,
 		hosts:      hosts,
 		inspect:    inspect,
 		all:        cfg.All,
@@ -218,9 +227,10 @@ func (i *Interceptor) OnlyTLS(name string) bool {
 	return !i.checks(normalName(name)) && i.Wants(name)
 }
 
-// checks reports whether the requests to name are checked against rules or get a credential.
+// checks reports whether the requests to name are checked against rules (HTTP or git) or get a
+// credential.
 func (i *Interceptor) checks(name string) bool {
-	return i.rules.covers(name) || matchesAny(i.hosts, name)
+	return i.rules.covers(name) || i.gitFor(name) != nil || matchesAny(i.hosts, name)
 }
 
 func matchesAny(ps []hostPattern, name string) bool {

@@ -55,6 +55,9 @@ type launched struct {
 	finished, failed bool
 	// hostIDs are the host ids the sandbox user maps to when cordon runs as root; nil rootless.
 	hostIDs *hostIDs
+	// userns waits for the id-mapping user namespace (as root), made while the caller prepares the
+	// run: its helper process costs a fork and an exec, off the start's path there.
+	userns func() (*os.File, error)
 }
 
 // Launch implements sandbox.Backend: it clones init, which makes the gateway's sockets and rules
@@ -72,6 +75,9 @@ func (b *Backend) Launch(ctx context.Context, ls *sandbox.LaunchSpec) (sandbox.L
 	if err := l.clone(); err != nil {
 		return nil, err
 	}
+	if l.hostIDs != nil {
+		l.userns = startIdmapUserns(exe, *l.hostIDs)
+	}
 	return l, nil
 }
 
@@ -86,6 +92,18 @@ func (l *launched) Abort() {
 	l.s.Kill()
 	<-l.s.done
 	l.s.cleanup()
+	l.closeUserns()
+}
+
+// closeUserns waits for the id-mapping user namespace, if one is being made, and closes it.
+func (l *launched) closeUserns() {
+	if l.userns == nil {
+		return
+	}
+	if ns, err := l.userns(); err == nil {
+		ns.Close()
+	}
+	l.userns = nil
 }
 
 // Start implements sandbox.Launched: it sends the config to the launched init, which builds the
@@ -135,7 +153,13 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if l.hostIDs != nil {
 		// As root, cordon opens what the sandbox shows of the host itself (idmap.go) and hands it
 		// to init before the config that says so.
-		files, err := openHostSources(l.exe, spec, *l.hostIDs, l.ls.Warn)
+		userns, err := l.userns()
+		l.userns = nil
+		var files []*os.File
+		if err == nil {
+			files, err = openHostSources(userns, spec, *l.hostIDs, l.ls.Warn)
+			userns.Close()
+		}
 		if err == nil {
 			err = sendMsg(int(l.statR.Fd()), &hostSourcesMsg{Count: len(files)}, files...)
 			closeAll(files)

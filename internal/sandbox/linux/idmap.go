@@ -251,6 +251,26 @@ func idOwner(file string, id int) (string, bool, error) {
 	return "", false, nil
 }
 
+// startIdmapUserns makes the id-mapping user namespace (idmapUserns) in the background, from the
+// launch on, and returns the wait for it, which must be called once (the namespace is the caller's
+// to close). The helper's fork and exec then overlap the caller's preparation of the run instead of
+// lying between it and init's config.
+func startIdmapUserns(exe string, ids hostIDs) func() (*os.File, error) {
+	type result struct {
+		ns  *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		ns, err := idmapUserns(exe, ids)
+		ch <- result{ns, err}
+	}()
+	return func() (*os.File, error) {
+		r := <-ch
+		return r.ns, r.err
+	}
+}
+
 // idmapUserns creates the user namespace that idmaps the workspace's mounts: on-disk uid and gid
 // 0 (root, the caller) appear as ids.UID and ids.GID. A user namespace lives as long as a process or
 // a descriptor holds it; a child is cloned into a new one and stopped by ptrace at its exec (it runs
@@ -372,7 +392,9 @@ const maxHostSources = 250
 // caller's files are the agent's; then each policy mount: idmapped too when it is read-only, with
 // its host owners when it is writable, so that the agent never writes with root's rights outside
 // the workspace (whose changes go through review).
-func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
+//
+// userns is the id-mapping user namespace (idmapUserns); the caller closes it.
+func openHostSources(userns *os.File, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
 	if n := 2 + len(spec.Mounts) + cacheCount(spec); n > maxHostSources {
 		return nil, fmt.Errorf("%d policy paths: at most %d can be shown when cordon runs as root", len(spec.Mounts), maxHostSources-2)
 	}
@@ -382,11 +404,6 @@ func openHostSources(exe string, spec *sandbox.Spec, ids hostIDs, w warn.Func) (
 			files = nil
 		}
 	}()
-	userns, err := idmapUserns(exe, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer userns.Close()
 	ws := spec.Workspace
 	source := ws.Source
 	if ws.Overlay == nil {

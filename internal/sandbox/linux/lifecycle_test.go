@@ -64,8 +64,14 @@ func TestNoOverlayThenRetry(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(lower, "ran")); err != nil || string(b) != "ran\n" {
 		t.Fatalf("the retried command did not run in the plain workspace: %q %v", b, err)
 	}
-	if _, err := l.Retry(context.Background(), spec); err != nil {
-		t.Errorf("a second Retry after the failed Start: %v", err)
+	// A second Retry is a second box: it is waited for, or its command would still be writing
+	// into the workspace while the test's directories are removed.
+	sb, err = l.Retry(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("a second Retry after the failed Start: %v", err)
+	}
+	if st, err := sb.Wait(context.Background()); err != nil || st.Code != 0 {
+		t.Errorf("the second Retry's box: Wait = %+v, %v", st, err)
 	}
 }
 
@@ -151,6 +157,37 @@ func TestStartHonoursContext(t *testing.T) {
 			t.Fatalf("run %d: the box's command %s is still running after the cancelled start", i, pid)
 		}
 		cancel()
+	}
+
+	// A context that ends after Start returned bounds nothing any more: the command runs on. It
+	// waits on its stdin until the context has ended, then lives 200ms more, time enough for a
+	// kill still armed by Start to land.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	l, err = (&Backend{}).Launch(context.Background(), &sandbox.LaunchSpec{User: testUser, Stdin: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	ctx, cancel = context.WithCancel(context.Background())
+	ws = t.TempDir()
+	sb, err := l.Start(ctx, testSpecIn(ws, "sh", "-c", "read x; sleep 0.2; touch done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	w.Write([]byte("go\n"))
+	w.Close()
+	st, err := sb.Wait(context.Background())
+	if err != nil || st.Code != 0 || st.Signal != nil {
+		t.Fatalf("a command whose Start context ended after it started: Wait = %+v, %v; want exit 0", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "done")); err != nil {
+		t.Fatalf("the command did not finish: %v", err)
 	}
 }
 
