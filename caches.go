@@ -50,12 +50,15 @@ func (b *builder) cacheMounts(pol *policy.Policy, project, runDir, sandboxHome s
 			continue
 		}
 		layers := filepath.Join(runDir, cachesDir, fmt.Sprintf("%d-%s", i, filepath.Base(c.Dir)))
-		o := &sandbox.Overlay{Upper: filepath.Join(layers, "upper"), Work: filepath.Join(layers, "work")}
-		for _, d := range []string{o.Upper, o.Work} {
-			if err := os.MkdirAll(d, 0o755); err != nil {
+		for _, d := range []string{"upper", "work"} {
+			if err := os.MkdirAll(filepath.Join(layers, d), 0o755); err != nil {
 				return nil, nil, fmt.Errorf("filesystem.caches: %w", err)
 			}
 		}
+		if real, err := filepath.EvalSymlinks(layers); err == nil {
+			layers = real // cordon's own directory: its links resolved, as for the workspace's layers
+		}
+		o := &sandbox.Overlay{Upper: filepath.Join(layers, "upper"), Work: filepath.Join(layers, "work")}
 		m := sandbox.Mount{Source: c.Dir, Overlay: o}
 		if c.HomeRel != "" {
 			m.Target = filepath.Join(sandboxHome, c.HomeRel)

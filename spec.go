@@ -201,6 +201,11 @@ func writePresetFiles(runDir string, files []presets.File, home string) ([]prese
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("preset files: %w", err)
 	}
+	// cordon's own directory, which no agent can write: its links (a state root under a linked
+	// home) are resolved here, as the backend opens mounts without following any.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	out := make([]presetFile, 0, len(files))
 	for i, f := range files {
 		target := f.Path

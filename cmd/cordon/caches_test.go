@@ -28,7 +28,15 @@ func TestCacheLayerHolds(t *testing.T) {
 		h.chownAll(h.base) // the caller's own cache, as go makes it
 		os.Chmod(mod, 0o555)
 		t.Cleanup(func() { os.Chmod(mod, 0o755) })
-		env := []string{"PATH=" + filepath.Dir(goBin) + ":/usr/bin:/bin", "GOMODCACHE=" + modcache, "GOCACHE=" + gocache, "GOFLAGS=-modcacherw=false"}
+		// cordon's state reached through a symbolic link (a home on another disk, say): the layers'
+		// paths are resolved before the backend opens them without following links.
+		state := filepath.Join(h.base, "state-link")
+		if err := os.Symlink(filepath.Join(h.home, ".local", "state"), state); err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(h.home, ".local", "state"), 0o755)
+		h.chownAll(h.base)
+		env := []string{"PATH=" + filepath.Dir(goBin) + ":/usr/bin:/bin", "GOMODCACHE=" + modcache, "GOCACHE=" + gocache, "XDG_STATE_HOME=" + state}
 		pol := h.policy("filesystem:\n  caches: [go]\n")
 		script := `cat "$GOMODCACHE/example.test/m@v1.0.0/m.go"
 chmod -R u+w "$GOMODCACHE/example.test" && echo 'package m // POISONED' > "$GOMODCACHE/example.test/m@v1.0.0/m.go"
