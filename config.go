@@ -2,6 +2,7 @@ package cordon
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 )
 
@@ -30,6 +31,10 @@ type Config struct {
 	// StateDir is where runs are kept; empty means cordon's default for the caller
 	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
 	StateDir string
+	// Publish forwards connections to host addresses into servers the command runs on the sandbox's
+	// loopback (cordon run --publish), each one an event of the audit log. Nothing is published
+	// unless listed; the policy needs a network section, whose audit log records them.
+	Publish []Publish
 	// Keep keeps a run that changed nothing, which is otherwise removed as it ends: there is nothing
 	// to apply (see Exit.Kept for the runs kept all the same).
 	Keep bool
@@ -42,6 +47,13 @@ type Config struct {
 	// log does: it must not block for long, or the log drops events (as it does for a slow disk,
 	// counted in the network summary). Run.Events and FinishedRun.Events read the same events.
 	OnEvent func(Event)
+}
+
+// Publish is one published port: connections to Host on the host go to Port on the sandbox's
+// loopback (docker's -p HOST:PORT).
+type Publish struct {
+	Host netip.AddrPort
+	Port uint16
 }
 
 // CheckName refuses a run name (Config.Name) that would not read as one word in a listing; Start
@@ -117,6 +129,10 @@ const (
 	// WarningBlocked: the gateway refused a host the command tried to reach, once per host, as it
 	// happens, with how to allow it. Printed as "cordon: ...".
 	WarningBlocked WarningKind = "blocked"
+	// WarningUpstream: the gateway could not reach a host the policy allows, or could not verify
+	// its certificate (the fix then is network.tls.caFile), once per host, as it happens. The
+	// sandbox sees only resets and 502s, which agents retry quietly. Printed as "cordon: ...".
+	WarningUpstream WarningKind = "upstream"
 )
 
 func (w Warning) String() string {

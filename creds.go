@@ -49,6 +49,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy, to
 		})
 	}
 	for _, c := range pol.Credentials {
+		if c.From.SSHAgent != nil {
+			continue // not a value: the sandbox's agent socket (./sshagent.go)
+		}
 		sp := creds.Spec{Name: c.Name, Inject: creds.Inject{
 			Hosts: c.Inject.Hosts, Header: c.Inject.Header, Scheme: string(c.Inject.Scheme), Body: c.Inject.Body, Ranges: c.Inject.Ranges,
 		}}
@@ -85,6 +88,9 @@ func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy, to
 			}
 		}
 		specs = append(specs, sp)
+	}
+	if len(specs) == 0 {
+		return nil, nil
 	}
 	set, err := creds.Prepare(ctx, specs)
 	if err != nil {

@@ -50,6 +50,11 @@ const (
 	// EventHTTP is one request the gateway read inside a connection it intercepts; its Detail names
 	// the credentials put into it.
 	EventHTTP = EventKind(audit.KindHTTP)
+	// EventInbound is a connection from the host to a port the run published.
+	EventInbound = EventKind(audit.KindInbound)
+	// EventSSHAgent is a request the command made of its ssh-agent (a signature, or a refusal);
+	// Name is the key's comment, Detail its fingerprint and the operation.
+	EventSSHAgent = EventKind(audit.KindSSHAgent)
 	// EventAudit is the log's own record: what it suppressed at its size limit.
 	EventAudit = EventKind(audit.KindAudit)
 )

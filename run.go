@@ -63,6 +63,8 @@ type Run struct {
 	sb        sandbox.Sandbox
 	streams   *console.Streams
 	gw        *gateway.Gateway
+	agent     *agentSocket
+	published *published
 	budgets   *budget.Ledger
 	creds     *creds.Set
 	synced    *lazySync
@@ -185,9 +187,15 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		p := gateway.Ports()
 		egress = &p
 	}
+	pubs, err := listenPublished(cfg.Publish, pol.Network != nil)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(pubs.close)
 	launched, err := backend.Launch(ctx, &sandbox.LaunchSpec{
 		User: identity(env), Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr,
 		TTY: streams.TTY, TTYRows: streams.Rows, TTYCols: streams.Cols, Egress: egress, Warn: b.warn.degraded,
+		Publish: pubs.insidePorts(),
 	})
 	if err != nil {
 		return nil, &SetupError{Err: err}
@@ -215,10 +223,11 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: view,
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, Budgets: ledger,
+			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
+			gcfg.ModifyMessage, gcfg.MessagesFor = credSet.ModifyMessage, credSet.InMessages
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err != nil {
@@ -226,9 +235,18 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 		c.Add(func() { gw.Close() })
 		spec.ResolvConf = gateway.ResolvConf()
-		spec.Env = append(spec.Env, gw.Env()...)
-		spec.TrustCA = gw.TrustCA()
+		var extra []byte
+		if spec.Env, extra, err = b.gatewayEnv(spec.Env, gw.Env(), pol.Env); err != nil {
+			return nil, err
+		}
+		spec.TrustCA = append(gw.TrustCA(), extra...)
 	}
+	spec.SSHKnownHosts = b.knownHosts(pol.Network)
+	agent, err := b.startAgent(pol, gw, spec)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { agent.Close() })
 	// The run's record is made durable once the run has lasted a while, not before (see CreateLazy
 	// and lazySync).
 	synced := startLazySync(rec)
@@ -258,12 +276,15 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	r := &Run{
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
-		keep: cfg.Keep, budgets: ledger,
+		keep: cfg.Keep, budgets: ledger, agent: agent, published: pubs,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
 		if err == nil {
 			err = gw.Serve(ls)
+		}
+		if err == nil {
+			err = pubs.serve(sb, gw)
 		}
 		if err != nil {
 			// Fail closed: without its gateway the box has no business running.
@@ -356,6 +377,10 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	durable, err := r.synced.stop()
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("recording the run: %v", err))
+	}
+	r.published.close()                     // first, as the agent: its connections are events of the gateway's log
+	if err := r.agent.Close(); err != nil { // first: its uses are events of the gateway's log
+		r.b.warn.degraded("the sandbox's ssh-agent: " + err.Error())
 	}
 	if r.gw != nil {
 		sum, err := r.gw.Close()
@@ -472,7 +497,7 @@ func (r *Run) keepReason(changed int, failed bool) KeepReason {
 		return KeptAsked
 	case failed:
 		return KeptFailed
-	case n != nil && n.Denied+n.Misuses+n.Echoes > 0:
+	case n != nil && n.Denied+n.Misuses+n.Echoes+n.AgentRefusals > 0:
 		return KeptNetwork
 	case pointsInto(r.b.warn.all(), r.rec.Dir):
 		return KeptListing
@@ -553,6 +578,7 @@ func (w *warnings) add(kind WarningKind, msg string) {
 func (w *warnings) degraded(msg string) { w.add(WarningDegraded, msg) }
 func (w *warnings) notice(msg string)   { w.add(WarningNotice, msg) }
 func (w *warnings) blocked(msg string)  { w.add(WarningBlocked, msg) }
+func (w *warnings) upstream(msg string) { w.add(WarningUpstream, msg) }
 
 func (w *warnings) all() []Warning {
 	w.mu.Lock()

@@ -483,26 +483,37 @@ func TestPolicyMounts(t *testing.T) {
 
 // TestSignalsForwarded: a signal to cordon reaches the command, which can handle it and choose its
 // exit status.
+//
+// The command prints "ready" a moment before cordon's start is complete; a signal that lands in
+// that moment ends the start instead (exit 130, "interrupted while the sandbox was starting"), which
+// is the start's contract, not this test's: such a run is tried again, at most three times.
 func TestSignalsForwarded(t *testing.T) {
 	forEachIdentity(t, func(t *testing.T, h *harness) {
-		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c",
-			`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
-		var out syncBuffer
-		cmd.Stdout = &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 1500 && !strings.Contains(out.String(), "ready"); i++ { // up to 30 s: a loaded machine starts slowly
-			time.Sleep(20 * time.Millisecond)
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		err := cmd.Wait()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		if code != 5 || !strings.Contains(out.String(), "got-TERM") {
-			t.Fatalf("SIGTERM was not forwarded: exit %d, output %q", code, out.String())
+		for attempt := 1; ; attempt++ {
+			cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c",
+				`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+			var out, errOut syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 1500 && !strings.Contains(out.String(), "ready"); i++ { // up to 30 s: a loaded machine starts slowly
+				time.Sleep(20 * time.Millisecond)
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			err := cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code == exitInterrupted && strings.Contains(errOut.String(), "while the sandbox was starting") && attempt < 3 {
+				t.Logf("attempt %d: the signal landed while the start completed: %s", attempt, errOut.String())
+				continue
+			}
+			if code != 5 || !strings.Contains(out.String(), "got-TERM") {
+				t.Fatalf("SIGTERM was not forwarded: exit %d, output %q, stderr %q", code, out.String(), errOut.String())
+			}
+			return
 		}
 	})
 }

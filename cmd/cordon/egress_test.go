@@ -389,19 +389,5 @@ for fam, proto, dst, typ in ((socket.AF_INET, socket.IPPROTO_ICMP, "1.1.1.1", 8)
 // a workspace.
 func buildGoClient(t *testing.T) []byte {
 	t.Helper()
-	src := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(src, []byte(goClientSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "goclient")
-	build := exec.Command("go", "build", "-o", bin, src)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the Go client: %v\n%s", err, out)
-	}
-	client, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
+	return buildProgram(t, goClientSource)
 }

@@ -67,7 +67,9 @@ func (a *app) cmdRun(args []string) int {
 	<-watched
 	if !ok {
 		if len(early) > 0 {
-			a.errorf("run: interrupted; the command was not started")
+			// The signal may have come as the command was being started: it did not run
+			// on, whether or not it had begun.
+			a.errorf("run: interrupted while the sandbox was starting; nothing of it is left running")
 			return exitInterrupted
 		}
 		return code
@@ -102,7 +104,7 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, keep bool,
 		return nil, exitCordon, false
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
-		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep,
+		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep, Publish: rf.publish,
 		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
 		StateDir:  a.store().Dir,
 		OnWarning: a.printWarning,

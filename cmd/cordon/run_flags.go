@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,7 @@ type runFlags struct {
 	noNet   bool
 	workdir string
 	name    string
+	publish []cordon.Publish
 	bad     error // the first bad value
 }
 
@@ -47,6 +49,13 @@ func (r *runFlags) register(fl *flag.FlagSet) {
 		ep, err := parseAllow(v)
 		if err == nil {
 			r.allow = append(r.allow, ep)
+		}
+		return err
+	})
+	r.add(fl, []string{"p", "publish"}, "publish `[IP:]HOSTPORT:PORT`: connections to HOSTPORT on IP (127.0.0.1 if omitted) go to PORT on the sandbox's loopback, for a server the command runs; each is in the audit log; repeatable", func(v string) error {
+		p, err := parsePublish(v)
+		if err == nil {
+			r.publish = append(r.publish, p)
 		}
 		return err
 	})
@@ -184,6 +193,32 @@ func parseSize(v string) (policy.ByteSize, error) {
 		return 0, fmt.Errorf("%q is not a size (expected a positive size such as 512MiB, 2GiB or 1g)", v)
 	}
 	return b, nil
+}
+
+// parsePublish reads docker's -p form: [IP:]HOSTPORT:PORT, an IPv6 address in brackets.
+func parsePublish(v string) (cordon.Publish, error) {
+	bad := fmt.Errorf("%q is not [IP:]HOSTPORT:PORT (such as 8080:3000 or 0.0.0.0:8080:3000)", v)
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 {
+		return cordon.Publish{}, bad
+	}
+	port, err := strconv.ParseUint(v[i+1:], 10, 16)
+	if err != nil || port == 0 {
+		return cordon.Publish{}, bad
+	}
+	host, hostPort := "127.0.0.1", v[:i]
+	if j := strings.LastIndexByte(hostPort, ':'); j >= 0 {
+		host, hostPort = strings.TrimSuffix(strings.TrimPrefix(hostPort[:j], "["), "]"), hostPort[j+1:]
+	}
+	hp, err := strconv.ParseUint(hostPort, 10, 16)
+	if err != nil || hp == 0 {
+		return cordon.Publish{}, bad
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return cordon.Publish{}, fmt.Errorf("%q: %q is not an IP address", v, host)
+	}
+	return cordon.Publish{Host: netip.AddrPortFrom(addr, uint16(hp)), Port: uint16(port)}, nil
 }
 
 // apply puts the flags into the policy for this run: a flag's value replaces the policy's, lists are

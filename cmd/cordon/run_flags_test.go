@@ -391,3 +391,27 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePublish: docker's -p forms, the address 127.0.0.1 unless given, and the mistakes.
+func TestParsePublish(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"8080:3000", "127.0.0.1:8080->3000", ""},
+		{"0.0.0.0:8080:3000", "0.0.0.0:8080->3000", ""},
+		{"[::1]:8080:3000", "[::1]:8080->3000", ""},
+		{"3000", "", "is not [IP:]HOSTPORT:PORT"},
+		{"8080:0", "", "is not [IP:]HOSTPORT:PORT"},
+		{"x:8080:3000", "", `"x" is not an IP address`},
+		{"8080:70000", "", "is not [IP:]HOSTPORT:PORT"},
+	} {
+		p, err := parsePublish(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if got := fmt.Sprintf("%s->%d", p.Host, p.Port); err != nil || got != tc.want {
+			t.Errorf("%q: %s %v, want %s", tc.in, got, err, tc.want)
+		}
+	}
+}

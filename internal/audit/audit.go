@@ -61,6 +61,11 @@ const (
 	KindConnect Kind = "connect"
 	// KindHTTP is one request the gateway read inside a connection it intercepts.
 	KindHTTP Kind = "http"
+	// KindInbound is a connection from the host to a port the run published (cordon run --publish).
+	KindInbound Kind = "inbound"
+	// KindSSHAgent is a request the sandbox made of its ssh-agent (a signature, or a refused add,
+	// remove, lock or extension); Name is the key's comment.
+	KindSSHAgent Kind = "ssh-agent"
 	// KindAudit is a note of the log about itself (its cap reached, events suppressed or dropped).
 	KindAudit Kind = "audit"
 )
@@ -80,8 +85,13 @@ func (e Event) Decisions() int { return max(e.Count, 1) }
 // Detail keys that the summary counts, set on KindHTTP events by the credential hook. Values name
 // credentials and places, never values.
 const (
-	// DetailCredentials lists the credentials whose real value went into the request.
+	// DetailCredentials lists the credentials whose real value went into the request and reached
+	// the upstream (the request's head was written to it over verified TLS).
 	DetailCredentials = "credentials"
+	// DetailCredentialsUnsent lists the credentials put into a request that never reached the
+	// upstream (its certificate was not verified, it could not be reached, the gateway refused the
+	// request after the hook ran): not counted as injected.
+	DetailCredentialsUnsent = "credentials_unsent"
 	// DetailCredentialMisuse lists placeholders found where their credential is not allowed (another
 	// host, another header): the request went out with the placeholder unchanged.
 	DetailCredentialMisuse = "credential_misuse"

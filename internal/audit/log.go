@@ -51,6 +51,10 @@ type Summary struct {
 	// CredentialUses counts requests a real credential value went into; Misuses, requests that
 	// carried a placeholder where its credential is not allowed.
 	CredentialUses, Misuses int
+	// AgentSignatures counts signatures the sandbox's ssh-agent made; AgentRefusals, its requests
+	// refused (a key the policy does not list, an add, a remove, a lock). Neither is in Allowed or
+	// Denied, which count network decisions.
+	AgentSignatures, AgentRefusals int
 }
 
 // String renders the summary for the end of a run: "12 allowed, 3 denied, 1.2 MB in, 30.1 kB out".
@@ -64,6 +68,9 @@ func (s Summary) String() string {
 	}
 	if s.Misuses > 0 {
 		out += fmt.Sprintf(", %d requests carried a placeholder where it does not belong", s.Misuses)
+	}
+	if s.AgentSignatures > 0 || s.AgentRefusals > 0 {
+		out += fmt.Sprintf(", ssh-agent: %d signatures, %d requests refused", s.AgentSignatures, s.AgentRefusals)
 	}
 	if s.Dropped > 0 {
 		out += fmt.Sprintf(" (%d events not logged)", s.Dropped)
@@ -206,6 +213,14 @@ func (l *Log) Record(e Event) {
 
 // countLocked adds e to the Summary.
 func (l *Log) countLocked(e *Event) {
+	if e.Kind == KindSSHAgent {
+		if e.Decision == Allow {
+			l.sum.AgentSignatures += e.Decisions()
+		} else {
+			l.sum.AgentRefusals += e.Decisions()
+		}
+		return
+	}
 	switch e.Decision {
 	case Allow:
 		l.sum.Allowed++

@@ -2,6 +2,7 @@ package creds
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -142,6 +143,57 @@ func (s *Set) Modify(r *http.Request, name string) (map[string]string, error) {
 		return nil, nil
 	}
 	return details, nil
+}
+
+// InMessages reports whether a credential bound to name may go into the websocket messages the
+// sandbox sends it: one that allows the body (Inject.Body). Not AWS keys, which sign requests.
+func (s *Set) InMessages(name string) bool {
+	host, err := hostname.Normalize(name)
+	if err != nil {
+		return false
+	}
+	for _, e := range s.entries {
+		if e.aws == nil && e.inject.Body && e.boundTo(host) {
+			return true
+		}
+	}
+	return false
+}
+
+// ModifyMessage puts real values into one websocket message the sandbox sends to name (the
+// connection's host) after the upgrade: for each credential bound to name that allows the body
+// (Inject.Body; a message is the websocket's body), its placeholder becomes the real value, and the
+// value joins Redactions. It returns the message (msg itself when nothing changed) and the names of
+// the credentials put in and of those whose placeholder stayed because their credential does not
+// allow it there (misuse). Values go only over TLS: the caller relays messages with a value only on
+// an upstream it verified. Errors never hold values.
+func (s *Set) ModifyMessage(ctx context.Context, name string, msg []byte) (out []byte, injected, misuse []string, err error) {
+	host, err := hostname.Normalize(name)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("credential injection: %w", err)
+	}
+	out = msg
+	for _, e := range s.entries {
+		if e.aws != nil || !bytes.Contains(out, []byte(e.placeholder)) {
+			continue
+		}
+		if !e.boundTo(host) || !e.inject.Body {
+			misuse = append(misuse, e.name)
+			continue
+		}
+		sec, err := e.source.Secret(ctx)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("credential %s: %w", e.name, err)
+		}
+		if sec.Empty() {
+			return nil, nil, nil, fmt.Errorf("credential %s: the source gave an empty value", e.name)
+		}
+		real := sec.Reveal()
+		out = bytes.ReplaceAll(out, []byte(e.placeholder), []byte(real))
+		e.reveal(redact.Pair{Secret: real, Replacement: e.placeholder})
+		injected = append(injected, e.name)
+	}
+	return out, injected, misuse, nil
 }
 
 // inject1 replaces e's placeholder in the places e allows. *body, if not

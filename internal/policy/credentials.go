@@ -35,6 +35,16 @@ type Source struct {
 	// AWS is an AWS access key pair (and session token, if any); the agent gets placeholder keys and the
 	// gateway re-signs its requests.
 	AWS *AWS
+	// SSHAgent gives the sandbox an ssh-agent socket (its path in the variable Name) that relays to
+	// the caller's agent (SSH_AUTH_SOCK) only list and sign requests for the keys it names. It has
+	// no inject: ssh inside uses it.
+	SSHAgent *SSHAgent
+}
+
+// SSHAgent names the keys of the caller's ssh-agent the sandbox may use.
+type SSHAgent struct {
+	// Keys are SHA256 fingerprints ("SHA256:…", as ssh-add -l prints them) or key comments.
+	Keys []string
 }
 
 // AWS says where an AWS key pair comes from. Exactly one field is set.
@@ -78,6 +88,8 @@ func (s Source) Kind() string {
 		return "githubApp"
 	case s.AWS != nil:
 		return "aws"
+	case s.SSHAgent != nil:
+		return "sshAgent"
 	}
 	return ""
 }
@@ -166,6 +178,13 @@ func (d *decoder) credential(n *yaml.Node, path string) (c Credential, err error
 	if err != nil {
 		return c, err
 	}
+	if c.From.SSHAgent != nil {
+		// ssh inside speaks to the agent; there is nothing for the gateway to put anywhere.
+		if seen["inject"] != nil {
+			return c, d.errf(seen["inject"], path+".inject", "an sshAgent credential has no inject: ssh inside uses its socket")
+		}
+		return c, d.require(n, path, seen, "name", "from")
+	}
 	if err := d.require(n, path, seen, "name", "from", "inject"); err != nil {
 		return c, err
 	}
@@ -174,7 +193,7 @@ func (d *decoder) credential(n *yaml.Node, path string) (c Credential, err error
 }
 
 func (d *decoder) source(n *yaml.Node, path string) (s Source, err error) {
-	kinds := []string{"env", "file", "command", "githubApp", "aws"}
+	kinds := []string{"env", "file", "command", "githubApp", "aws", "sshAgent"}
 	seen, err := d.mapping(n, path,
 		field{"env", func(v *yaml.Node, p string) error {
 			name, err := d.str(v, p)
@@ -207,6 +226,10 @@ func (d *decoder) source(n *yaml.Node, path string) (s Source, err error) {
 		}},
 		field{"aws", func(v *yaml.Node, p string) (err error) {
 			s.AWS, err = d.aws(v, p)
+			return err
+		}},
+		field{"sshAgent", func(v *yaml.Node, p string) (err error) {
+			s.SSHAgent, err = d.sshAgent(v, p)
 			return err
 		}},
 	)
@@ -320,6 +343,37 @@ func (d *decoder) aws(n *yaml.Node, path string) (*AWS, error) {
 		err = d.errf(n, path, "set exactly one of profile (the AWS shared credentials file) or env: true")
 	}
 	return a, err
+}
+
+func (d *decoder) sshAgent(n *yaml.Node, path string) (*SSHAgent, error) {
+	a := &SSHAgent{}
+	seen, err := d.mapping(n, path,
+		field{"keys", func(v *yaml.Node, p string) (err error) {
+			a.Keys, err = d.strs(v, p, checkSSHKey)
+			if err == nil && len(a.Keys) == 0 {
+				err = d.errf(v, p, "expected at least one key (a SHA256:… fingerprint or a comment, as ssh-add -l shows them)")
+			}
+			return err
+		}},
+	)
+	if err == nil {
+		err = d.require(n, path, seen, "keys")
+	}
+	return a, err
+}
+
+// checkSSHKey accepts a key's SHA256 fingerprint or its comment.
+func checkSSHKey(s string) (string, error) {
+	if strings.TrimSpace(s) == "" {
+		return "", errors.New("an empty key name (expected a SHA256:… fingerprint or a comment)")
+	}
+	if rest, ok := strings.CutPrefix(s, "SHA256:"); ok && (len(rest) != 43 || strings.ContainsAny(rest, "=\n ")) {
+		return "", fmt.Errorf("%q is not a SHA256 fingerprint (43 base64 characters after SHA256:, as ssh-add -l prints)", s)
+	}
+	if strings.HasPrefix(s, "MD5:") {
+		return "", fmt.Errorf("%q: name the key by its SHA256 fingerprint (ssh-add -l -E sha256)", s)
+	}
+	return s, nil
 }
 
 func (d *decoder) assumeRole(n *yaml.Node, path string) (*AssumeRole, error) {

@@ -119,9 +119,9 @@ type docHTTPAllow struct {
 }
 
 type docCredential struct {
-	Name   string    `yaml:"name"`
-	From   docSource `yaml:"from"`
-	Inject docInject `yaml:"inject"`
+	Name   string     `yaml:"name"`
+	From   docSource  `yaml:"from"`
+	Inject *docInject `yaml:"inject,omitempty"` // nil for an sshAgent credential, which has none
 }
 
 type docSource struct {
@@ -130,6 +130,11 @@ type docSource struct {
 	Command   []string      `yaml:"command,omitempty,flow"`
 	GitHubApp *docGitHubApp `yaml:"githubApp,omitempty"`
 	AWS       *docAWS       `yaml:"aws,omitempty"`
+	SSHAgent  *docSSHAgent  `yaml:"sshAgent,omitempty"`
+}
+
+type docSSHAgent struct {
+	Keys []string `yaml:"keys"`
 }
 
 type docAWS struct {
@@ -234,12 +239,16 @@ func (p *Policy) doc() docPolicy {
 		dc := docCredential{
 			Name: c.Name,
 			From: docSource{Env: c.From.Env, File: c.From.File, Command: c.From.Command},
-			Inject: docInject{
-				Host: c.Inject.Hosts, Header: c.Inject.Header, Scheme: c.Inject.Scheme, Body: c.Inject.Body, Ranges: c.Inject.Ranges,
-			},
 		}
-		if len(c.Inject.Hosts) == 1 {
-			dc.Inject.Host = c.Inject.Hosts[0]
+		if a := c.From.SSHAgent; a != nil {
+			dc.From.SSHAgent = &docSSHAgent{Keys: a.Keys}
+		} else {
+			dc.Inject = &docInject{
+				Host: c.Inject.Hosts, Header: c.Inject.Header, Scheme: c.Inject.Scheme, Body: c.Inject.Body, Ranges: c.Inject.Ranges,
+			}
+			if len(c.Inject.Hosts) == 1 {
+				dc.Inject.Host = c.Inject.Hosts[0]
+			}
 		}
 		if a := c.From.AWS; a != nil {
 			dc.From.AWS = &docAWS{Profile: a.Profile, Env: a.Env}

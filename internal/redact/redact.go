@@ -128,6 +128,50 @@ func (r *Replacer) String(s string) string {
 	return out.String()
 }
 
+// Bytes returns b with every secret replaced: for a message searched whole (a websocket message the
+// gateway relays as one), which needs no hold-back, and whose length may change. b itself is
+// returned when it holds no secret.
+func (r *Replacer) Bytes(b []byte) []byte {
+	if r == nil {
+		return b
+	}
+	i, p := r.next(b, 0)
+	if i < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	pos := 0
+	for ; i >= 0; i, p = r.next(b, pos) {
+		out = append(out, b[pos:i]...)
+		out = append(out, p.Replacement...)
+		pos = i + len(p.Secret)
+		r.count.Add(1)
+	}
+	return append(out, b[pos:]...)
+}
+
+// Spans reports whether a secret begins in a and ends in b, which were each searched already (with
+// Bytes): a value an upstream split between two websocket messages, which replacing each message
+// alone cannot find.
+func (r *Replacer) Spans(a, b []byte) bool {
+	if r == nil || len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	h := r.Hold()
+	a, b = a[max(0, len(a)-h):], b[:min(len(b), h)]
+	joined := append(append(make([]byte, 0, len(a)+len(b)), a...), b...)
+	for from := 0; ; {
+		i, p := r.next(joined, from)
+		if i < 0 || i >= len(a) {
+			return false
+		}
+		if i+len(p.Secret) > len(a) {
+			return true
+		}
+		from = i + 1
+	}
+}
+
 // Strings replaces secrets in every value of vs, in place.
 func (r *Replacer) Strings(vs []string) {
 	for i, v := range vs {

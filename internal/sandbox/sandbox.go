@@ -47,6 +47,9 @@ type LaunchSpec struct {
 	// network namespace, installed before the command runs; Sandbox.EgressListeners returns the
 	// sockets for the gateway outside to serve. Nil means no network at all: loopback only.
 	Egress *EgressPorts
+	// Publish are ports on the sandbox's loopback that the caller may connect to from outside
+	// (Publisher.DialPublished), for a server the command runs; nothing else inside is reachable.
+	Publish []uint16
 	// Warn receives one-line notes about layers this host cannot provide; the run returns them to
 	// its caller as values. Nil drops them.
 	Warn warn.Func
@@ -94,6 +97,13 @@ type Sandbox interface {
 	Terminal() *os.File
 	// Pid is the host pid of the box's own process (the native sandbox's init).
 	Pid() int
+}
+
+// Publisher is a Sandbox whose launch published ports (LaunchSpec.Publish): DialPublished connects
+// to one of them on the sandbox's loopback, from outside, for the caller to relay a host's
+// connection to. Any other port is refused.
+type Publisher interface {
+	DialPublished(port uint16) (net.Conn, error)
 }
 
 // Start launches a box and starts spec in it at once, for callers with nothing to prepare in between.
@@ -156,9 +166,14 @@ type Spec struct {
 	ResolvConf string
 	// Hosts are extra lines for /etc/hosts inside.
 	Hosts []string
+	// SSHKnownHosts, if set, is /etc/ssh/ssh_known_hosts inside (the host's /etc/ssh is never
+	// shown: it holds the host's private keys): the caller's lines for the hosts the sandbox may
+	// reach, so that ssh checks their keys strictly.
+	SSHKnownHosts []byte
 	// TrustCA is PEM certificates the sandbox trusts besides the host's CA bundle (the gateway's
-	// per-run CA, when it terminates TLS). They appear at TrustedCAPath, the host's bundle plus them at
-	// CABundlePath, and in the system bundle's place where the host has one.
+	// per-run CA, when it terminates TLS, and network.tls.caFile). They appear at TrustedCAPath, the
+	// host's bundle plus them at CABundlePath and in the system bundle's place where the host has
+	// one, and the host's Java roots plus them at JavaTrustStorePath.
 	TrustCA []byte
 
 	// Limits are resource limits; zero means no limit.
@@ -171,6 +186,9 @@ type Spec struct {
 const (
 	TrustedCAPath = "/etc/cordon/ca.crt"
 	CABundlePath  = "/etc/cordon/ca-bundle.crt"
+	// JavaTrustStorePath is a PKCS#12 trust store (password javatrust.Password) of the host's Java
+	// roots plus Spec.TrustCA, for Java, which reads neither the bundle nor the variables.
+	JavaTrustStorePath = "/etc/cordon/java-cacerts.p12"
 )
 
 // Workspace is the project directory as the sandbox sees it.

@@ -9,6 +9,7 @@ package gateway
 import (
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/egress/intercept"
 	"github.com/cordon-sandbox/cordon/internal/egress/names"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy"
+	"github.com/cordon-sandbox/cordon/internal/javatrust"
 	"github.com/cordon-sandbox/cordon/internal/origdst"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/redact"
@@ -58,6 +60,10 @@ type Config struct {
 	OnEvent func(audit.Event)
 	// Notify receives one line per refused host, for the user's terminal. It must not block.
 	Notify func(line string)
+	// NotifyUpstream receives one line per allowed host the gateway could not reach or whose
+	// certificate it could not verify, for the user's terminal: the sandbox sees only resets and
+	// 502s, which agents retry quietly. It must not block.
+	NotifyUpstream func(line string)
 	// LookupNetIP resolves allowed names outside the sandbox; nil uses the host's resolver (or
 	// network.dns.upstream), always asked for the name as a fully qualified one (see exactLookup). A
 	// function given here gets the name without a trailing dot and must not apply a search list.
@@ -68,6 +74,13 @@ type Config struct {
 	InjectHosts []string
 	// Modify puts credentials into an intercepted request (creds.Set.Modify); nil changes nothing.
 	Modify func(r *http.Request, name string) (map[string]string, error)
+	// ModifyMessage puts credentials into a websocket message to a credential host
+	// (creds.Set.ModifyMessage); nil changes none, and websockets to such hosts are then relayed
+	// message by message only when values sent to them must be searched for.
+	ModifyMessage func(ctx context.Context, name string, msg []byte) ([]byte, []string, []string, error)
+	// MessagesFor reports whether a credential bound to a host may go into its websocket messages
+	// (creds.Set.InMessages).
+	MessagesFor func(name string) bool
 	// Redactions lists the credential values sent to a host, to be put back to their placeholders
 	// in its answers (creds.Set.Redactions); nil searches nothing.
 	Redactions func(name string) []redact.Pair
@@ -79,6 +92,9 @@ type Config struct {
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
 // cannot enforce stops the run before anything runs), serving once Serve hands it the sockets.
 type Gateway struct {
+	// caFile is the PEM of network.tls.caFile: the gateway verifies upstreams against it, and the
+	// sandbox trusts it too (TrustCA), for the hosts that pass through.
+	caFile  []byte
 	log     *audit.Log
 	proxy   *proxy.Gateway
 	ic      *intercept.Interceptor
@@ -114,9 +130,12 @@ func New(cfg Config) (*Gateway, error) {
 	if len(cfg.Network.DNS.Upstream) > 0 {
 		lookup = exactLookup(upstreamResolver(cfg.Network.DNS.Upstream))
 	}
-	var notices *notifier
+	var notices, upstream *notifier
 	if cfg.Notify != nil {
 		notices = newNotifier(cfg.Notify)
+	}
+	if cfg.NotifyUpstream != nil {
+		upstream = newNotifier(cfg.NotifyUpstream)
 	}
 	refusedName := func(host, reason string) {
 		notices.notifyf(dnsKey(host), func() string {
@@ -142,17 +161,21 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: network.tls.inspect[%d]: %s is never allowed by the network policy (add it to network.allow)", i, h)
 		}
 	}
+	caFile, err := readCAFile(cfg.Network.TLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
-	g := &Gateway{log: log}
+	g := &Gateway{log: log, caFile: caFile}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
-		OrigDst: origdst.Of, Notify: notices.refusedConn,
+		OrigDst: origdst.Of, Notify: notices.refusedConn, Unreachable: upstream.unreachable,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.Network.Git) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
-		if err = g.prepareInterception(cfg, notices); err == nil {
+		if err = g.prepareInterception(cfg, notices, upstream); err == nil {
 			pcfg.Intercept = g.ic
 		}
 	}
@@ -173,19 +196,13 @@ func New(cfg Config) (*Gateway, error) {
 // credentials, and those network.tls.inspect names (which get no rules: only the checks every
 // intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
 // host's roots plus network.tls.caFile.
-func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
+func (g *Gateway) prepareInterception(cfg Config, notices, upstream *notifier) error {
 	roots, err := x509.SystemCertPool()
 	if err != nil {
 		roots = x509.NewCertPool()
 	}
-	if f := cfg.Network.TLS.CAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("network.tls.caFile: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("network.tls.caFile: %s holds no PEM certificate", f)
-		}
+	if len(g.caFile) > 0 {
+		roots.AppendCertsFromPEM(g.caFile)
 	}
 	if g.ca, err = intercept.NewCA(); err != nil {
 		return err
@@ -203,19 +220,52 @@ func (g *Gateway) prepareInterception(cfg Config, notices *notifier) error {
 		git[i] = intercept.GitRule{Host: r.Host, Repos: r.Repos,
 			Push: gitpush.Rule{Branches: p.Branches, Tags: p.Tags, Delete: p.Delete, Options: p.Options, Source: fmt.Sprintf("network.git[%d]", i)}}
 	}
-	var notify func(key, line string)
+	var notify, notifyUp func(key, line string)
 	if notices != nil {
 		notify = func(key, line string) { notices.notify("http "+key, line) }
 	}
+	if upstream != nil {
+		notifyUp = upstream.notify
+	}
 	g.ic, err = intercept.New(intercept.Config{
-		CA: g.ca, Rules: rules, Git: git, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, Redactions: cfg.Redactions, Recorder: g.log,
-		Notify: notify, Budgets: cfg.Budgets,
+		CA: g.ca, Rules: rules, Git: git, Hosts: cfg.InjectHosts, Inspect: cfg.Network.TLS.Inspect, All: cfg.Network.TLS.InspectAll, Roots: roots, Modify: cfg.Modify, ModifyMessage: cfg.ModifyMessage, MessagesFor: cfg.MessagesFor, Redactions: cfg.Redactions, Recorder: g.log,
+		Notify: notify, NotifyUpstream: notifyUp, Budgets: cfg.Budgets,
 		// The proxy exists by the time a connection is intercepted.
 		Dial: func(ctx context.Context, name string, port uint16) (net.Conn, error) {
 			return g.proxy.DialUpstream(ctx, name, port)
 		},
 	})
 	return err
+}
+
+// readCAFile reads network.tls.caFile ("" is none): PEM certificates, and nothing else, since the
+// sandbox is given the file's content too.
+func readCAFile(f string) ([]byte, error) {
+	if f == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("network.tls.caFile: %w", err)
+	}
+	var out []byte
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("network.tls.caFile: %s holds a %s block; only certificates belong there", f, blk.Type)
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return nil, fmt.Errorf("network.tls.caFile: %s: %w", f, err)
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: blk.Bytes})...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("network.tls.caFile: %s holds no PEM certificate", f)
+	}
+	return out, nil
 }
 
 // Serve serves the gateway's sockets inside the sandbox (made by the box, whichever backend it is,
@@ -267,18 +317,41 @@ func ResolvConf() string {
 	return "nameserver 127.0.0.1\noptions edns0 trust-ad\n"
 }
 
-// TrustCA is the PEM certificate of the run's CA, which the sandbox must trust for the intercepted
-// hosts, or nil when nothing is intercepted. Its private key never leaves this process.
+// TrustCA is what the sandbox must trust besides the host's roots, as PEM: the run's CA when the
+// gateway intercepts (its private key never leaves this process), and the certificates of
+// network.tls.caFile, which the gateway trusts for upstreams and which the sandbox needs for the hosts
+// that pass through. Nil when there is neither.
 func (g *Gateway) TrustCA() []byte {
-	if g.ca == nil {
-		return nil
+	var out []byte
+	if g.ca != nil {
+		out = append(out, g.ca.CertPEM()...)
 	}
-	return g.ca.CertPEM()
+	return append(out, g.caFile...)
+}
+
+// TrustVars are the variables through which runtimes and tools find a CA bundle, each naming the
+// sandbox's bundle (the host's roots plus TrustCA), which replaces theirs: OpenSSL and what links it
+// (Python, Ruby, .NET, Rust's native-tls), curl, git, pip, requests, the AWS CLI and SDKs, Deno,
+// cargo. A policy that sets one itself is merged by the caller (its certificates join TrustCA).
+var TrustVars = []string{
+	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+	"AWS_CA_BUNDLE", "DENO_CERT", "CARGO_HTTP_CAINFO",
+}
+
+// ExtraTrustVars are the variables that add certificates to a runtime's own roots rather than
+// replace them, each naming TrustCA's certificates alone.
+var ExtraTrustVars = []string{"NODE_EXTRA_CA_CERTS"}
+
+// JavaOptions is what JAVA_TOOL_OPTIONS gets for Java to trust what the sandbox trusts: Java reads
+// only its own trust store.
+func JavaOptions() string {
+	return "-Djavax.net.ssl.trustStore=" + sandbox.JavaTrustStorePath +
+		" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + javatrust.Password
 }
 
 // Env is what the sandbox's environment needs: the explicit proxy for tools that want one (tools that
-// ignore it are covered anyway: their connections are redirected), and, when the gateway intercepts,
-// the variables through which tools find the bundle that includes the run's CA.
+// ignore it are covered anyway: their connections are redirected), and, when the sandbox trusts more
+// than the host's roots (TrustCA), the variables through which tools find it.
 func (g *Gateway) Env() []string {
 	p := fmt.Sprintf("http://127.0.0.1:%d", Ports().Proxy)
 	noProxy := "localhost,127.0.0.1,::1"
@@ -286,15 +359,21 @@ func (g *Gateway) Env() []string {
 		"HTTP_PROXY=" + p, "HTTPS_PROXY=" + p, "http_proxy=" + p, "https_proxy=" + p,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 	}
-	if g.ca != nil {
-		for _, v := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"} {
+	if g.ca != nil || len(g.caFile) > 0 {
+		for _, v := range TrustVars {
 			env = append(env, v+"="+sandbox.CABundlePath)
 		}
-		// Node adds these to its own bundle rather than replacing it.
-		env = append(env, "NODE_EXTRA_CA_CERTS="+sandbox.TrustedCAPath)
+		for _, v := range ExtraTrustVars {
+			env = append(env, v+"="+sandbox.TrustedCAPath)
+		}
+		env = append(env, "JAVA_TOOL_OPTIONS="+JavaOptions())
 	}
 	return env
 }
+
+// Record writes an event of another of the run's boundaries into the gateway's audit log (the
+// sandbox's ssh-agent): one log per run.
+func (g *Gateway) Record(ev audit.Event) { g.log.Record(ev) }
 
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.
 func (g *Gateway) Close() (audit.Summary, error) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,15 @@ func (n *notifier) refusedConn(d egress.Decision, name string, port uint16) {
 			line += " — to allow: " + d.Fix
 		}
 		return line
+	})
+}
+
+// unreachable tells the human that an allowed name and port could not be reached, once per host
+// and port (the key the interceptor uses for the same upstream, so that one host gets one line).
+func (n *notifier) unreachable(name string, port uint16, err error) {
+	up := net.JoinHostPort(name, strconv.Itoa(int(port)))
+	n.notifyf("upstream "+up, func() string {
+		return fmt.Sprintf("cannot reach %s (%v); the sandbox's connections to it fail", up, err)
 	})
 }
 

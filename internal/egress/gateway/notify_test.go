@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -26,4 +27,26 @@ func TestRefusedConn(t *testing.T) {
 	}
 	var none *notifier
 	none.refusedConn(deny, "denied.test", 443)
+}
+
+// TestUnreachable: an allowed host that cannot be reached is told once per host and port, under the
+// key the interceptor uses for the same upstream, so a certificate line and a dial line for one host
+// make one line.
+func TestUnreachable(t *testing.T) {
+	var got []string
+	n := newNotifier(func(line string) { got = append(got, line) })
+	for range 3 {
+		n.unreachable("down.test", 443, errors.New("connection refused"))
+	}
+	n.notify("upstream down.test:443", "the interceptor's line for the same host")
+	n.unreachable("down.test", 8443, errors.New("connection refused"))
+	want := []string{
+		"cannot reach down.test:443 (connection refused); the sandbox's connections to it fail",
+		"cannot reach down.test:8443 (connection refused); the sandbox's connections to it fail",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("notified %q, want %q", got, want)
+	}
+	var none *notifier
+	none.unreachable("down.test", 443, errors.New("x"))
 }

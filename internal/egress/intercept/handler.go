@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -39,6 +40,9 @@ type exchange struct {
 	refuseFrame  func(reason string)
 	// spend meters the request against its host's budget (budget.go); nil when it has none.
 	spend *spend
+	// sent is set once the request's head was written to the upstream (httptrace WroteHeaders):
+	// only then did a credential the hook put into it leave the gateway.
+	sent atomic.Bool
 }
 
 // frameRefused records, once, that a websocket frame from the upstream was refused: as an audit
@@ -80,6 +84,12 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 		}
 		if ex.refusal != "" {
 			ev.Decision, ev.Rule, ev.Reason = audit.Deny, gatewayRule, ex.refusal
+		}
+		if names := ev.Detail[audit.DetailCredentials]; names != "" && !ex.sent.Load() {
+			// The summary counts credentials that reached an upstream, not ones the hook put into a
+			// request that was then refused or failed before it was written.
+			delete(ev.Detail, audit.DetailCredentials)
+			ev.Detail[audit.DetailCredentialsUnsent] = names
 		}
 		if n := ex.red.Count(); n > 0 {
 			ev.Detail[audit.DetailCredentialEchoed] = strconv.FormatInt(n, 10)
@@ -257,7 +267,13 @@ func (i *Interceptor) handle(c *conn, w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).EnableFullDuplex()
 		}
 	}
-	i.proxy.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex)))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { ex.sent.Store(true) }})
+	if up != "" && i.relaysMessages(c.name, ex) {
+		i.serveWebsocket(cw, r.WithContext(ctx), ex, &ev)
+		return
+	}
+	i.proxy.ServeHTTP(cw, r.WithContext(ctx))
 }
 
 // rewrite points the outgoing request at the connection's upstream, whatever the request (or Modify)
@@ -271,8 +287,9 @@ func (i *Interceptor) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // errorHandler answers 502 when the upstream could not be reached or answered nonsense; a certificate
-// the Roots do not vouch for is the gateway's refusal, and is recorded as one.
-func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+// the Roots do not vouch for is the gateway's refusal, and is recorded as one. Either is told to the
+// human once per host and port (Config.NotifyUpstream).
+func (i *Interceptor) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	ex := exchangeOf(r.Context())
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
@@ -292,17 +309,25 @@ func errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		verifyErr *tls.CertificateVerificationError
 	)
 	reason := "the upstream could not be reached"
+	up := ex.conn.upstream()
+	var line string
 	switch {
 	case errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr):
 		ex.refusal = "upstream certificate not verified"
-		reason = "the upstream's certificate is not trusted (add its CA to the policy if it is meant to be reached)"
+		reason = "the upstream's certificate is not trusted (add its CA to network.tls.caFile if it is meant to be reached)"
+		line = fmt.Sprintf("cannot verify the certificate of %s (%v); its requests get 502 — if it is meant to be reached, add its CA to network.tls.caFile", up, err)
 	case errors.Is(err, errUnredactable):
 		ex.refusal = refusalOf(err)
 		reason = "cordon refused the upstream's answer"
+	case !ex.sent.Load():
+		line = fmt.Sprintf("cannot reach %s (%v); its requests get 502", up, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		ex.status = 499 // the client went away; nobody reads the answer
 		return
+	}
+	if line != "" && i.notifyUp != nil {
+		i.notifyUp("upstream "+up, line)
 	}
 	ex.status = http.StatusBadGateway
 	target, _ := originForm(r.RequestURI, ex.conn)

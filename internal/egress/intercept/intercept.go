@@ -63,6 +63,15 @@ type Config struct {
 	// cleartext (where a credential must not go). It returns audit details to record (never secret
 	// values); an error refuses the request with 403.
 	Modify func(r *http.Request, name string) (map[string]string, error)
+	// ModifyMessage, if set, runs on every websocket message the sandbox sends to a host Hosts
+	// names (credential hosts), after the upgrade: it returns the message to send (real values in
+	// place of placeholders where a credential allows the body) and the names of the credentials
+	// put in and of those misused (creds.Set.ModifyMessage). Websockets to such hosts are then
+	// relayed message by message (wsrelay.go), so a value need not be as long as its placeholder.
+	ModifyMessage func(ctx context.Context, name string, msg []byte) ([]byte, []string, []string, error)
+	// MessagesFor, if set, reports whether a credential bound to name may go into its websocket
+	// messages (creds.Set.InMessages): its websockets are then relayed message by message.
+	MessagesFor func(name string) bool
 	// Redactions, if set, lists for a host the values that must not reach the sandbox in its answers,
 	// each with what replaces it: the credential values Modify sent there, which a host may echo.
 	// Header, body, trailer and websocket frames are searched; the request then asks for an
@@ -78,6 +87,11 @@ type Config struct {
 	// to allow: fix") and a key that says which refusals are the same for a human (host, method and
 	// rule), so the caller can print each once. It must not block.
 	Notify func(key, line string)
+	// NotifyUpstream, if set, gets a one-line account of an upstream the interceptor could not use
+	// (its certificate not verified against Roots, or not reachable), with a key per host and port,
+	// so the caller can print each once: the sandbox only sees 502s, and an agent that retries them
+	// quietly leaves the human guessing. It must not block.
+	NotifyUpstream func(key, line string)
 }
 
 // Interceptor terminates the sandbox's TLS for the names it wants, judges each HTTP request by the
@@ -92,11 +106,15 @@ type Interceptor struct {
 	inspect []hostPattern
 	all     bool
 	modify  func(*http.Request, string) (map[string]string, error)
+	// modifyMessage is Config.ModifyMessage.
+	modifyMessage func(context.Context, string, []byte) ([]byte, []string, []string, error)
+	messagesFor   func(string) bool
 	// redactions is Config.Redactions.
 	redactions func(string) []redact.Pair
 	budgets    *budget.Ledger
 	rec        audit.Recorder
 	notify     func(key, line string)
+	notifyUp   func(key, line string)
 	tr1        *http.Transport // HTTP/1.1 upstream, for clients that spoke HTTP/1.1
 	tr2        *http.Transport // HTTP/2 upstream where offered, for clients that spoke HTTP/2
 	proxy      *httputil.ReverseProxy
@@ -128,18 +146,21 @@ func New(cfg Config) (*Interceptor, error) {
 		return nil, err
 	}
 	i := &Interceptor{
-		ca:         cfg.CA,
-		rules:      rules,
-		git:        git,
-		hosts:      hosts,
-		inspect:    inspect,
-		all:        cfg.All,
-		modify:     cfg.Modify,
-		redactions: cfg.Redactions,
-		budgets:    cfg.Budgets,
-		rec:        cfg.Recorder,
-		notify:     cfg.Notify,
-		errLog:     log.New(io.Discard, "", 0),
+		ca:            cfg.CA,
+		rules:         rules,
+		git:           git,
+		hosts:         hosts,
+		inspect:       inspect,
+		all:           cfg.All,
+		modify:        cfg.Modify,
+		modifyMessage: cfg.ModifyMessage,
+		messagesFor:   cfg.MessagesFor,
+		redactions:    cfg.Redactions,
+		budgets:       cfg.Budgets,
+		rec:           cfg.Recorder,
+		notify:        cfg.Notify,
+		notifyUp:      cfg.NotifyUpstream,
+		errLog:        log.New(io.Discard, "", 0),
 	}
 	if i.rec == nil {
 		i.rec = discard{}
@@ -190,7 +211,7 @@ func New(cfg Config) (*Interceptor, error) {
 		BufferPool:     newBufferPool(),
 		ErrorLog:       i.errLog,
 		ModifyResponse: modifyResponse,
-		ErrorHandler:   errorHandler,
+		ErrorHandler:   i.errorHandler,
 	}
 	return i, nil
 }

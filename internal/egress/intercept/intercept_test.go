@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -367,17 +368,63 @@ func TestUpstreamTrust(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		roots  *x509.CertPool
+		dial   bool // false: the upstream cannot be reached
 		status int
-	}{{"trusted", up.pool(), 200}, {"untrusted", wrong, 502}, {"system roots", nil, 502}} {
+		line   string // what the one upstream line says, "" for none
+	}{
+		{"trusted", up.pool(), true, 200, ""},
+		{"untrusted", wrong, true, 502, "network.tls.caFile"},
+		{"system roots", nil, true, 502, "network.tls.caFile"},
+		{"unreachable", up.pool(), false, 502, "cannot reach github.com:"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSetup(t, up, "github.com", false, func(c *Config) { c.Roots = tc.roots })
-			resp, body := get(t, s.client(false), newRequest(t, "GET", s.url("/x"), nil))
-			if resp.StatusCode != tc.status {
-				t.Fatalf("%d, want %d: %s", resp.StatusCode, tc.status, body)
+			var mu sync.Mutex
+			lines := map[string][]string{}
+			s := newSetup(t, up, "github.com", false, func(c *Config) {
+				c.Roots = tc.roots
+				// The hook puts a credential in: the summary counts it only if the request reached
+				// the upstream.
+				c.Modify = func(r *http.Request, _ string) (map[string]string, error) {
+					r.Header.Set("Authorization", "Bearer real")
+					return map[string]string{audit.DetailCredentials: "token"}, nil
+				}
+				c.NotifyUpstream = func(key, line string) {
+					mu.Lock()
+					defer mu.Unlock()
+					lines[key] = append(lines[key], line)
+				}
+				if !tc.dial {
+					c.Dial = func(context.Context, string, uint16) (net.Conn, error) {
+						return nil, errors.New("dialing github.com: connection refused")
+					}
+				}
+			})
+			for range 3 { // an agent retrying: still one key for the host
+				resp, body := get(t, s.client(false), newRequest(t, "GET", s.url("/x"), nil))
+				if resp.StatusCode != tc.status {
+					t.Fatalf("%d, want %d: %s", resp.StatusCode, tc.status, body)
+				}
+				ev := s.rec.last(t, "GET", "/x")
+				if tc.status == 502 && tc.dial && (ev.Decision != audit.Deny || !strings.Contains(body, "certificate")) {
+					t.Fatalf("refusal: %+v %q", ev, body)
+				}
+				sent, unsent := ev.Detail[audit.DetailCredentials], ev.Detail[audit.DetailCredentialsUnsent]
+				if tc.status == 200 && (sent != "token" || unsent != "") || tc.status != 200 && (sent != "" || unsent != "token") {
+					t.Fatalf("credentials %q, unsent %q after a %d", sent, unsent, tc.status)
+				}
 			}
-			ev := s.rec.last(t, "GET", "/x")
-			if tc.status == 502 && (ev.Decision != audit.Deny || !strings.Contains(body, "certificate")) {
-				t.Fatalf("refusal: %+v %q", ev, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.line == "" {
+				if len(lines) != 0 {
+					t.Fatalf("upstream lines for a working upstream: %q", lines)
+				}
+				return
+			}
+			// One key for the host (the gateway's notifier prints each key once).
+			got := lines["upstream "+s.hostPort()]
+			if len(got) == 0 || !strings.Contains(got[0], tc.line) || len(lines) != 1 {
+				t.Fatalf("upstream lines %q, want them under one key for %s, saying %q", lines, s.hostPort(), tc.line)
 			}
 		})
 	}

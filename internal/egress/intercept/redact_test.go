@@ -205,12 +205,8 @@ func TestRedactions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(real) != len(tc.replacement) {
-				if resp.StatusCode != http.StatusBadGateway {
-					t.Fatalf("websocket with a placeholder of another length: %d, want 502", resp.StatusCode)
-				}
-				return
-			}
+			// Of another length too: then relayed message by message (wsrelay.go), each written
+			// anew with its own length.
 			if resp.StatusCode != http.StatusSwitchingProtocols {
 				b, _ := io.ReadAll(resp.Body)
 				t.Fatalf("websocket: %d %s", resp.StatusCode, b)

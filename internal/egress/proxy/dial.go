@@ -83,6 +83,18 @@ func addressClass(a netip.Addr) string {
 // (that is the only case in which any address goes), otherwise the resolver's answers minus every
 // address the gateway refuses. A name left with no address is a *refusal.
 func (s *session) dial(ctx context.Context, name string, port uint16, d egress.Decision) (net.Conn, error) {
+	c, err := s.dialAddrs(ctx, name, port, d)
+	var r *refusal
+	if err != nil && !errors.As(err, &r) && ctx.Err() == nil && s.g.cfg.Unreachable != nil {
+		// An allowed host that cannot be reached is the user's to know (a name that does not
+		// resolve, a server that is down): the sandbox sees only a reset or a 502.
+		s.g.cfg.Unreachable(name, port, err)
+	}
+	return c, err
+}
+
+// dialAddrs is dial without telling Config.Unreachable.
+func (s *session) dialAddrs(ctx context.Context, name string, port uint16, d egress.Decision) (net.Conn, error) {
 	g := s.g
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel()

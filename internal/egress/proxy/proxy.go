@@ -72,6 +72,11 @@ type Config struct {
 	// caller's (the gateway's bounded notifier), the one place that de-duplicates. It must not block,
 	// and should make its line only when it prints one: an agent retrying pays for every call.
 	Notify func(d egress.Decision, name string, port uint16)
+	// Unreachable, if set, is called when an allowed name:port cannot be reached (it does not
+	// resolve, or no address answers), on every such failure, so the caller can tell the human once
+	// per host (the gateway's notifier de-duplicates). A dial the gateway refuses, or one the
+	// sandbox gave up on, is not reported here. It must not block.
+	Unreachable func(name string, port uint16, err error)
 	// DialContext, if set, replaces net.Dialer for connections to upstreams (the gateway passes it
 	// "tcp" and an IP:port it has checked). Return *net.TCPConn: the relay reads and writes its
 	// descriptor directly.

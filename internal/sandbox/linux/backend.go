@@ -275,7 +275,7 @@ func validate(spec *sandbox.Spec) error {
 // clone starts init in fresh namespaces, with the launch message as its argv[1].
 func (l *launched) clone() error {
 	ls := &l.ls
-	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress})
+	launch, err := encodeMsg(&launchMsg{Egress: ls.Egress, Publish: ls.Publish})
 	if err != nil {
 		return &sandbox.SetupError{Step: "encoding the launch", Err: err}
 	}
@@ -311,6 +311,19 @@ func (l *launched) clone() error {
 		stdin, stdout, stderr = cmp.Or(stdin, devnull), cmp.Or(stdout, devnull), cmp.Or(stderr, devnull)
 	}
 
+	files := []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()}
+	if len(ls.Publish) > 0 {
+		pfds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			cfgW.Close()
+			statR.Close()
+			return &sandbox.SetupError{Step: "creating the channel for published ports", Err: err}
+		}
+		pubR, pubW := os.NewFile(uintptr(pfds[0]), "publish"), os.NewFile(uintptr(pfds[1]), "publish")
+		defer pubW.Close()
+		l.s.publish = &publisher{f: pubR}
+		files = append(files, pubW.Fd())
+	}
 	uidMap, gidMap, cred, err := l.idMappings(ls.User)
 	if err != nil {
 		cfgW.Close()
@@ -324,7 +337,7 @@ func (l *launched) clone() error {
 		// cordon's own preparation of the run. Setting it also spares the runtime from reading the
 		// cgroup's CPU limit at start. Init's environment is its own: the command gets spec.Env.
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd(), cfgR.Fd(), statW.Fd()},
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/testpki"
 )
 
 // TestMain lets the test binary serve as cordon-init when the backend re-executes it.
@@ -334,10 +335,11 @@ func TestEgressSetAtLaunch(t *testing.T) {
 // TestTrustCA checks the extra CA reaches the sandbox alone, in the bundle, and in the system bundle's
 // place, read-only, and that the host's own bundle is untouched.
 func TestTrustCA(t *testing.T) {
-	const ca = "-----BEGIN CERTIFICATE-----\ncordon-test-ca\n-----END CERTIFICATE-----\n"
+	ca := string(testpki.NewCA(t, "cordon test CA").PEM)
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	spec := testSpec(t, "sh", "-c", `cat /etc/cordon/ca.crt; echo @@; tail -c 200 /etc/cordon/ca-bundle.crt; echo @@;
-tail -c 200 /etc/ssl/certs/ca-certificates.crt; echo @@; echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
+	spec := testSpec(t, "sh", "-c", `cat /etc/cordon/ca.crt; echo @@; tail -c 1000 /etc/cordon/ca-bundle.crt; echo @@;
+tail -c 1000 /etc/ssl/certs/ca-certificates.crt; echo @@; test -s /etc/cordon/java-cacerts.p12 && echo JAVA-STORE;
+echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
 	spec.TrustCA = []byte(ca)
 	out, st, err := startSpec(t, spec)
 	if err != nil {
@@ -352,6 +354,9 @@ tail -c 200 /etc/ssl/certs/ca-certificates.crt; echo @@; echo x >> /etc/ssl/cert
 	}
 	if strings.Contains(out, "WROTE") {
 		t.Error("the sandbox could write the CA bundle")
+	}
+	if !strings.Contains(out, "JAVA-STORE") {
+		t.Error("no Java trust store inside")
 	}
 	if after, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); string(after) != string(host) {
 		t.Error("the host's bundle changed")

@@ -13,6 +13,9 @@ const InitArg0 = "cordon-init"
 const (
 	configFD = 3 // read end: the config message, then EOF
 	statusFD = 4 // init's end of the status socket: messages both ways, closed on exec of the command
+	// publishFD is init's end of the socket over which cordon asks for connections to the
+	// published ports (LaunchSpec.Publish), when there are any; closed on exec of the command.
+	publishFD = 5
 )
 
 // initConfig is the config message: what the parent tells init at Start. It is the Spec, the part
@@ -45,4 +48,5 @@ type etcEntry struct {
 	Kind    string `json:"kind"`              // "file", "dir", "symlink", "generated", "dir-empty", "cover", "mountpoint"
 	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name; for "mountpoint", "dir" or "file"
 	Content string `json:"content,omitempty"` // set for generated files
+	Binary  []byte `json:"binary,omitempty"`  // a generated file's bytes that are not text (a key store)
 }

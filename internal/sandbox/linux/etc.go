@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/javatrust"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
@@ -96,8 +97,16 @@ func etcEntries(spec *sandbox.Spec, u sandbox.User) ([]etcEntry, error) {
 		etcEntry{Name: "resolv.conf", Kind: "generated", Content: resolv},
 		etcEntry{Name: "mtab", Kind: "symlink", Target: "../proc/self/mounts"},
 	)
+	if len(spec.SSHKnownHosts) > 0 {
+		out = append(out, etcEntry{Name: "ssh", Kind: "dir-empty"},
+			etcEntry{Name: "ssh/ssh_known_hosts", Kind: "generated", Content: string(spec.SSHKnownHosts)})
+	}
 	if len(spec.TrustCA) > 0 {
-		out = append(out, trustEntries(spec.TrustCA)...)
+		trust, err := trustEntries(spec.TrustCA)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, trust...)
 	}
 	return append(out, etcMountPoints(spec.Mounts, out)...), nil
 }
@@ -149,7 +158,7 @@ var hostBundles = []string{
 
 // trustEntries adds the extra CAs: alone, with the host's bundle, and that bundle in place of the
 // system one, so that programs which ignore SSL_CERT_FILE and its kin trust them too.
-func trustEntries(ca []byte) []etcEntry {
+func trustEntries(ca []byte) ([]etcEntry, error) {
 	var bundle []byte
 	for _, f := range hostBundles {
 		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
@@ -160,14 +169,21 @@ func trustEntries(ca []byte) []etcEntry {
 	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
 		bundle = append(bundle, '\n')
 	}
+	// Java reads neither the bundle nor the variables: it gets a store of its own (JAVA_TOOL_OPTIONS
+	// names it), the host's Java roots plus ca.
+	java, err := javatrust.Build(javatrust.HostStores, bundle, ca)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's Java trust store: %w", err)
+	}
 	rel := func(p string) string { return strings.TrimPrefix(p, "/etc/") }
 	out := []etcEntry{
 		{Name: filepath.Dir(rel(sandbox.TrustedCAPath)), Kind: "dir-empty"},
 		{Name: rel(sandbox.TrustedCAPath), Kind: "generated", Content: string(ca)},
 		{Name: rel(sandbox.CABundlePath), Kind: "generated", Content: string(bundle) + string(ca)},
+		{Name: rel(sandbox.JavaTrustStorePath), Kind: "generated", Binary: java},
 	}
 	if _, err := os.Stat("/etc/" + systemBundle); err == nil {
 		out = append(out, etcEntry{Name: systemBundle, Kind: "cover", Target: rel(sandbox.CABundlePath)})
 	}
-	return out
+	return out, nil
 }

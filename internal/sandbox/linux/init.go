@@ -309,6 +309,11 @@ func launchEgress() (wait func() error, err error) {
 	if !ok {
 		return wait, &sandbox.SetupError{Step: "reading the launch", Err: fmt.Errorf("a %s message instead of the launch", m.kind())}
 	}
+	if len(launch.Publish) > 0 {
+		// From now on, for the whole run: a dial before the command listens is refused, as it
+		// would be for any client.
+		go servePublish(os.NewFile(publishFD, "publish"), launch.Publish)
+	}
 	if launch.Egress == nil {
 		return wait, nil
 	}

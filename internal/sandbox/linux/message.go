@@ -62,6 +62,9 @@ type launchMsg struct {
 	// Egress, when set, has init create the gateway's sockets and nftables rules as soon as it
 	// starts, while cordon still prepares the run.
 	Egress *sandbox.EgressPorts `json:"egress,omitempty"`
+	// Publish, when set, has init dial these ports on the sandbox's loopback for cordon, which
+	// asks over publishFD (publish.go).
+	Publish []uint16 `json:"publish,omitempty"`
 }
 
 // hostSourcesMsg carries Count descriptors, in the order openHostSources made them.

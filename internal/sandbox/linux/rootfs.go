@@ -203,7 +203,7 @@ func buildEtc(entries []etcEntry) error {
 		case "symlink":
 			err = os.Symlink(e.Target, dst)
 		case "generated":
-			err = os.WriteFile(dst, []byte(e.Content), 0o644)
+			err = os.WriteFile(dst, append([]byte(e.Content), e.Binary...), 0o644)
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
 		case "mountpoint":

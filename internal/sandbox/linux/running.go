@@ -32,6 +32,8 @@ type running struct {
 	keepalive  *os.File
 	timeout    time.Duration
 	warn       warn.Func
+	// publish asks init for connections to the published ports; nil when there are none.
+	publish *publisher
 
 	mu       sync.Mutex
 	timedOut bool
@@ -223,6 +225,7 @@ func (s *running) cleanup() {
 		closeAll(s.egress)
 		s.egress = nil
 		s.mu.Unlock()
+		s.publish.close()
 	})
 }
 

@@ -229,16 +229,31 @@ func testPorts() sandbox.EgressPorts {
 // noRaceExitDelay stops a helper built with -race from sleeping a second when it exits.
 const noRaceExitDelay = "GORACE=atexit_sleep_ms=0"
 
-// probeTimeout bounds every probe; probes that are expected to time out run in parallel, so it is paid
-// about once per test. It is generous because a probe that should land must not time out on a loaded
-// two-CPU machine (at 700 ms, a connection to the transparent listener timed out under the full suite).
-const probeTimeout = 3 * time.Second
+// probeTimeout bounds every probe in a namespace without the rules, where probes that are expected to
+// time out are made; they run in parallel, so it is paid about once per test. In a namespace with the
+// rules every probe lands or is refused at once, so there the bound is landTimeout, which only a
+// failing test waits out: a probe that should land must not time out on a loaded two-CPU machine (at
+// 700 ms, a connection to the transparent listener timed out under the full suite; at 3 s a DNS probe
+// did, with other builds running).
+const (
+	probeTimeout = 3 * time.Second
+	landTimeout  = 20 * time.Second
+)
 
 // testNS is a throw-away network namespace held by a child process.
 type testNS struct {
-	path string
-	fd   int
-	pid  int
+	path    string
+	fd      int
+	pid     int
+	timeout time.Duration // how long a probe waits: landTimeout with the rules, else probeTimeout
+}
+
+// wait is how long a probe in n waits for its answer.
+func (n *testNS) wait() time.Duration {
+	if n.timeout == 0 {
+		return probeTimeout
+	}
+	return n.timeout
 }
 
 func requireRoot(t *testing.T) {
@@ -319,6 +334,7 @@ func sandboxNS(t *testing.T, rules bool) *testNS {
 	serve(set)
 	if rules {
 		installOrSkip(t, n)
+		n.timeout = landTimeout
 	} else if err := routeThroughLoopback(n.fd); err != nil {
 		t.Fatalf("routes: %v", err)
 	}
@@ -394,14 +410,14 @@ func (n *testNS) tcpProbe(t *testing.T, addr string) string {
 	var c net.Conn
 	err := n.do(t, func() error {
 		var err error
-		c, err = net.DialTimeout("tcp", addr, probeTimeout)
+		c, err = net.DialTimeout("tcp", addr, n.wait())
 		return err
 	})
 	if err != nil {
 		return errName(err)
 	}
 	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(probeTimeout))
+	_ = c.SetDeadline(time.Now().Add(n.wait()))
 	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
 		return errName(err)
 	}
@@ -430,7 +446,7 @@ func (n *testNS) udpProbe(t *testing.T, addr string, receiver net.PacketConn) st
 	if _, err := c.Write([]byte("probe")); err != nil {
 		return errName(err)
 	}
-	deadline := time.Now().Add(probeTimeout)
+	deadline := time.Now().Add(n.wait())
 	if receiver != nil {
 		_ = receiver.SetReadDeadline(deadline)
 		buf := make([]byte, 64)
@@ -491,7 +507,7 @@ func (n *testNS) pingProbe(t *testing.T, addr netip.Addr) string {
 	if _, err := c.WriteTo(b, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
 		return errName(err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(probeTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(n.wait()))
 	buf := make([]byte, 1500)
 	for {
 		m, _, err := c.ReadFrom(buf)
@@ -518,7 +534,7 @@ func (n *testNS) rawProbe(t *testing.T, receiver net.PacketConn) string {
 	if _, err := c.WriteTo([]byte("raw probe"), receiver.LocalAddr()); err != nil {
 		return errName(err)
 	}
-	_ = receiver.SetReadDeadline(time.Now().Add(probeTimeout))
+	_ = receiver.SetReadDeadline(time.Now().Add(n.wait()))
 	buf := make([]byte, 64)
 	if _, _, err := receiver.ReadFrom(buf); err != nil {
 		return errName(err)
