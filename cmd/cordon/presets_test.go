@@ -300,9 +300,8 @@ func TestGoPresetModuleProxy(t *testing.T) {
 		goTelemetryOff(h)
 		h.writeFile(filepath.Join(h.home, ".config", "go", "env"), fmt.Sprintf("GOPROXY=https://goproxy.test:%d\nGOSUMDB=off\n", port), 0o644)
 		h.writeFile(filepath.Join(h.ws, "go.mod"), "module app\n\ngo 1.21\n\nrequire example.test/m v1.0.0\n", 0o644)
-		// Inspected, so that go inside trusts the run's CA (a private CA on a passthrough host is the
-		// trust half of issue 13, not this test's).
-		pol := h.policy(fmt.Sprintf("network:\n  presets: [go]\n  hosts: {goproxy.test: 127.0.0.1}\n  tls: {caFile: %q, inspect: [goproxy.test]}\n", caFile))
+		// A passthrough host with a private CA: network.tls.caFile is trusted inside too.
+		pol := h.policy(fmt.Sprintf("network:\n  presets: [go]\n  hosts: {goproxy.test: 127.0.0.1}\n  tls: {caFile: %q}\n", caFile))
 		r := h.cordon([]string{"PATH=" + filepath.Dir(goBin) + ":/usr/bin:/bin"}, "", "run", "--policy", pol, "--", "sh", "-c",
 			`go mod download -json example.test/m && cat "$(go env GOMODCACHE)/example.test/m@v1.0.0/m.go"`)
 		if r.code != 0 || !strings.Contains(r.stdout, "FROM-PROXY") {
