@@ -419,3 +419,31 @@ func cargoCrate(t *testing.T) []byte {
 	gz.Close()
 	return buf.Bytes()
 }
+
+// TestClaudePresetBaseURL: Claude Code pointed at another API host in the caller's
+// ~/.claude/settings.json (an LLM gateway) works inside with the claude preset alone: the preset
+// allows that host and passes ANTHROPIC_BASE_URL, which the sandbox's empty home would not have.
+func TestClaudePresetBaseURL(t *testing.T) {
+	requireTool(t, "claude")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		f := newFakeAPIs(t, h)
+		h.writeFile(filepath.Join(h.home, ".claude", "settings.json"), fmt.Sprintf(`{"env": {"ANTHROPIC_BASE_URL": "https://anthropic.test:%d"}}`, f.port), 0o644)
+		pol := fmt.Sprintf(`network:
+  presets: [claude]
+  hosts: {anthropic.test: 127.0.0.1}
+  tls: {caFile: %q}
+credentials:
+  - name: ANTHROPIC_API_KEY
+    from: {env: CORDON_TEST_ANTHROPIC_KEY}
+    inject: {host: anthropic.test, header: x-api-key}
+`, f.caFile)
+		script := `export DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_MAX_RETRIES=0
+echo "BASE=$ANTHROPIC_BASE_URL"
+export HOME=$PWD/claude-home; mkdir -p "$HOME"
+claude -p hi 2>&1; true`
+		r := f.run(h, pol, script)
+		if !strings.Contains(r.stdout, "BASE=https://anthropic.test:") || !strings.Contains(r.stdout, f.marker) || len(f.anthropic.Requests()) == 0 {
+			t.Fatalf("claude inside did not reach the API its settings name:\n%s\nthe fake saw %d requests", r, len(f.anthropic.Requests()))
+		}
+	})
+}

@@ -38,12 +38,10 @@ var _ policy.PresetSource = Source{}
 // Preset implements policy.PresetSource.
 func (s Source) Preset(name string) ([]policy.Endpoint, error) {
 	switch name {
-	case "claude":
-		return endpoints(443, "api.anthropic.com", "statsig.anthropic.com"), nil
 	case "github":
 		eps := endpoints(443, "github.com", "api.github.com", "codeload.github.com", "*.githubusercontent.com")
 		return append(eps, policy.Endpoint{Host: "github.com", Ports: []uint16{22}}), nil
-	case "npm", "go", "pypi", "cargo":
+	case "claude", "npm", "go", "pypi", "cargo":
 		// Read as for a run (View), so that what `cordon policy check` shows is what a run allows.
 		v, err := s.View([]string{name})
 		if err != nil {

@@ -117,6 +117,8 @@ func (s Source) View(names []string) (*View, error) {
 			eps, err = s.pipView(v)
 		case "cargo":
 			eps, err = s.cargoView(v)
+		case "claude":
+			eps, err = s.claudeView(v)
 		default:
 			eps, err = s.Preset(name)
 		}

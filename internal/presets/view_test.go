@@ -210,3 +210,36 @@ func TestCargoView(t *testing.T) {
 		}
 	}
 }
+
+// TestClaudeView: ANTHROPIC_BASE_URL from the environment wins over the settings files, whose later
+// file (the project's) wins over the user's; the host it names is allowed and the value passed.
+func TestClaudeView(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for p, body := range map[string]string{
+		filepath.Join(home, ".claude", "settings.json"):     `{"env": {"ANTHROPIC_BASE_URL": "https://user.gateway.internal"}}`,
+		filepath.Join(ws, ".claude", "settings.local.json"): `{"env": {"ANTHROPIC_BASE_URL": "https://project.gateway.internal:8443/v1"}}`,
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(body), 0o644)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"HOME=" + home}, "https://project.gateway.internal:8443/v1"},
+		{[]string{"HOME=" + home, "ANTHROPIC_BASE_URL=https://env.gateway.internal"}, "https://env.gateway.internal"},
+	} {
+		v, err := Source{Env: tc.env, Workspace: ws}.View([]string{"claude"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(v.Env, "ANTHROPIC_BASE_URL="+tc.want) {
+			t.Errorf("env %q, want ANTHROPIC_BASE_URL=%s", v.Env, tc.want)
+		}
+		eps, _ := v.Preset("claude")
+		if host := hostOf(tc.want); !slices.ContainsFunc(eps, func(e policy.Endpoint) bool { return e.Host == host }) {
+			t.Errorf("endpoints %v lack %s", eps, host)
+		}
+	}
+}
