@@ -447,3 +447,67 @@ claude -p hi 2>&1; true`
 		}
 	})
 }
+
+// TestMavenPresetMirrorWithPassword: a mirror and its server's password in the caller's
+// ~/.m2/settings.xml reach a real `mvn validate` inside, which downloads the project's parent POM from
+// the mirror over HTTPS: the mirror receives the real password (maven's Basic answer to its 401), the
+// sandbox's settings.xml holds a placeholder, and nothing inside holds the password.
+func TestMavenPresetMirrorWithPassword(t *testing.T) {
+	requireTool(t, "mvn")
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		parent := "<project><modelVersion>4.0.0</modelVersion><groupId>com.example</groupId><artifactId>parent</artifactId><version>1.0</version><packaging>pom</packaging><properties><marker>FROM-MIRROR</marker></properties></project>\n"
+		sum := sha1.Sum([]byte(parent))
+		secret := "pw" + h.canary + "REAL"
+		var mu sync.Mutex
+		var seen []string
+		port, caFile := serveTLS(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pass, ok := r.BasicAuth()
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s:%s", r.URL.Path, user, pass))
+			mu.Unlock()
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Basic realm="corp"`)
+				http.Error(w, "login", http.StatusUnauthorized)
+				return
+			}
+			switch r.URL.Path {
+			case "/repo/com/example/parent/1.0/parent-1.0.pom":
+				fmt.Fprint(w, parent)
+			case "/repo/com/example/parent/1.0/parent-1.0.pom.sha1":
+				fmt.Fprintf(w, "%x", sum)
+			default:
+				http.NotFound(w, r)
+			}
+		}), "maven.test")
+		h.writeFile(filepath.Join(h.home, ".m2", "settings.xml"), fmt.Sprintf(`<settings>
+  <mirrors><mirror><id>corp</id><mirrorOf>*</mirrorOf><url>https://maven.test:%d/repo</url></mirror></mirrors>
+  <servers><server><id>corp</id><username>me</username><password>%s</password></server></servers>
+</settings>
+`, port, secret), 0o600)
+		h.writeFile(filepath.Join(h.ws, "pom.xml"), `<project><modelVersion>4.0.0</modelVersion>
+  <parent><groupId>com.example</groupId><artifactId>parent</artifactId><version>1.0</version></parent>
+  <artifactId>app</artifactId>
+</project>
+`, 0o644)
+		pol := h.policy(fmt.Sprintf("network:\n  presets: [maven]\n  hosts: {maven.test: 127.0.0.1}\n  tls: {caFile: %q}\n", caFile))
+		script := `mvn -B validate >/tmp/mvn.log 2>&1 || { cat /tmp/mvn.log; exit 1; }
+echo VALIDATED; grep -h marker "$HOME"/.m2/repository/com/example/parent/1.0/parent-1.0.pom | head -1
+env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'
+grep -rs "REAL" "$HOME" /etc /tmp . && echo FOUND-IN-FILES
+true`
+		r := h.cordon(nil, "", "run", "--policy", pol, "--", "sh", "-c", script)
+		if r.code != 0 || !strings.Contains(r.stdout, "VALIDATED") || !strings.Contains(r.stdout, "FROM-MIRROR") {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("mvn inside did not get the parent POM from the mirror:\n%s\nthe mirror saw %q", r, seen)
+		}
+		if strings.Contains(r.stdout+r.stderr, "REAL") {
+			t.Fatalf("the mirror's password reached the sandbox or cordon's output:\n%s", r)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(seen, "/repo/com/example/parent/1.0/parent-1.0.pom me:"+secret) {
+			t.Errorf("the mirror did not receive the real password: %q", seen)
+		}
+	})
+}

@@ -42,7 +42,7 @@ func KnownCaches() []string {
 
 // PresetCaches maps a network preset to the cache shown by default when it is named.
 func PresetCaches() map[string]string {
-	return map[string]string{"go": "go", "npm": "npm", "pypi": "pip", "cargo": "cargo"}
+	return map[string]string{"go": "go", "npm": "npm", "pypi": "pip", "cargo": "cargo", "maven": "maven"}
 }
 
 func checkCache(s string) (string, error) {

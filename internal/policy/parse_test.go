@@ -270,7 +270,7 @@ func TestParseErrors(t *testing.T) {
 		{"hosts bad ip", "version: 1\nnetwork:\n  hosts: {a.test: 300.1.1.1}\n", `3:19: network.hosts.a.test: "300.1.1.1" is not an IP address`},
 		{"hosts wildcard", "version: 1\nnetwork:\n  hosts: {\"*.a.test\": 1.1.1.1}\n", `3:11: network.hosts.*.a.test: "*.a.test": a wildcard is not allowed here (expected an exact host name)`},
 		{"hosts dup", "version: 1\nnetwork:\n  hosts: {a.test: 1.1.1.1, A.test: 1.1.1.2}\n", `3:28: network.hosts.A.test: "a.test" is listed twice`},
-		{"preset unknown", "version: 1\nnetwork:\n  presets: [maven]\n", `3:13: network.presets[0]: unknown preset "maven" (expected one of claude, github, npm, go, pypi, cargo, apt)`},
+		{"preset unknown", "version: 1\nnetwork:\n  presets: [gradle]\n", `3:13: network.presets[0]: unknown preset "gradle" (expected one of claude, github, npm, go, pypi, cargo, maven, apt)`},
 		{"dns bad", "version: 1\nnetwork:\n  dns: {upstream: [dns.google]}\n", `3:20: network.dns.upstream[0]: "dns.google" is not a resolver address (expected an IP with an optional port, e.g. 127.0.0.53:53)`},
 		{"dns port 0", "version: 1\nnetwork:\n  dns: {upstream: [\"1.1.1.1:0\"]}\n", `3:20: network.dns.upstream[0]: "1.1.1.1:0" is not a resolver address (expected an IP with an optional port, e.g. 127.0.0.53:53)`},
 		{"tls relative", "version: 1\nnetwork:\n  tls: {caFile: ca.pem}\n", `3:17: network.tls.caFile: "ca.pem" is relative (expected an absolute path or one starting with ~/)`},

@@ -41,7 +41,7 @@ func (s Source) Preset(name string) ([]policy.Endpoint, error) {
 	case "github":
 		eps := endpoints(443, "github.com", "api.github.com", "codeload.github.com", "*.githubusercontent.com")
 		return append(eps, policy.Endpoint{Host: "github.com", Ports: []uint16{22}}), nil
-	case "claude", "npm", "go", "pypi", "cargo":
+	case "claude", "npm", "go", "pypi", "cargo", "maven":
 		// Read as for a run (View), so that what `cordon policy check` shows is what a run allows.
 		v, err := s.View([]string{name})
 		if err != nil {

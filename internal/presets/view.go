@@ -119,6 +119,8 @@ func (s Source) View(names []string) (*View, error) {
 			eps, err = s.cargoView(v)
 		case "claude":
 			eps, err = s.claudeView(v)
+		case "maven":
+			eps, err = s.mavenView(v)
 		default:
 			eps, err = s.Preset(name)
 		}

@@ -243,3 +243,46 @@ func TestClaudeView(t *testing.T) {
 		}
 	}
 }
+
+// TestMavenView: mirrors and profile repositories are allowed; a server's password for one of them
+// becomes a Basic credential for that host and its reference in the sandbox's settings.xml; every
+// other secret element (another server's, an encrypted one, a proxy's) is removed.
+func TestMavenView(t *testing.T) {
+	home := t.TempDir()
+	settings := `<settings>
+  <!-- <server><id>x</id><password>COMMENTED</password></server> -->
+  <proxies><proxy><id>p</id><host>proxy.internal</host><password>PROXYSECRET</password></proxy></proxies>
+  <mirrors><mirror><id>corp</id><mirrorOf>*</mirrorOf><url>https://maven.corp.internal/repo</url></mirror></mirrors>
+  <profiles><profile><id>extra</id><repositories><repository><id>vendor</id><url>https://vendor.internal:8443/m2</url></repository></repositories></profile></profiles>
+  <servers>
+    <server><id>corp</id><username>me</username><password>CORPSECRET</password></server>
+    <server><id>vendor</id><username>me</username><password>{ENCRYPTEDSECRET}</password></server>
+    <server><id>nowhere</id><privateKey>/k</privateKey><passphrase>PASSSECRET</passphrase></server>
+  </servers>
+</settings>
+`
+	os.MkdirAll(filepath.Join(home, ".m2"), 0o755)
+	os.WriteFile(filepath.Join(home, ".m2", "settings.xml"), []byte(settings), 0o600)
+	v, err := Source{Env: []string{"HOME=" + home, "PATH=/nonexistent"}}.View([]string{"maven"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, _ := v.Preset("maven")
+	if want := []policy.Endpoint{{Host: "maven.corp.internal", Ports: []uint16{443}}, {Host: "vendor.internal", Ports: []uint16{8443}}}; !endpointsEqual(eps, want) {
+		t.Errorf("endpoints %v, want %v", eps, want)
+	}
+	if len(v.Tokens) != 1 || v.Tokens[0].Host != "maven.corp.internal" || v.Tokens[0].Value != "CORPSECRET" || v.Tokens[0].Scheme != "basic" {
+		t.Fatalf("tokens %+v", v.Tokens)
+	}
+	_, files := v.Render(map[string]string{v.Tokens[0].Name: "PH"})
+	if len(files) != 1 || files[0].HomeRel != ".m2/settings.xml" {
+		t.Fatalf("files %+v", files)
+	}
+	got := string(files[0].Content)
+	if strings.Contains(got, "SECRET") || !strings.Contains(got, "<password>PH</password>") || !strings.Contains(got, "<username>me</username>") {
+		t.Errorf("sandbox settings.xml:\n%s", got)
+	}
+	if len(v.Notes) != 1 || !strings.Contains(v.Notes[0], "encrypted") {
+		t.Errorf("notes %q: want one for the encrypted password", v.Notes)
+	}
+}
