@@ -35,7 +35,7 @@ type mavenSettings struct {
 }
 
 // mavenSecret matches the elements of a settings.xml that hold secrets, whatever their server.
-var mavenSecret = regexp.MustCompile(`(?s)<(password|passphrase|privateKey)>.*?</(password|passphrase|privateKey)>`)
+var mavenSecret = regexp.MustCompile(`(?s)<\s*(password|passphrase|privateKey)\b[^>]*>.*?<\s*/\s*(password|passphrase|privateKey)\s*>`)
 
 // mavenView reads maven's settings as maven does (the installation's conf/settings.xml, then
 // ~/.m2/settings.xml; mirrors and the repositories of profiles), allows every mirror and repository
@@ -152,7 +152,11 @@ func (s Source) mavenView(v *View) ([]policy.Endpoint, error) {
 		refs[sv.id] = Ref(t.Name)
 	}
 	if userText != "" {
-		v.Files = append(v.Files, File{HomeRel: ".m2/settings.xml", Content: []byte(sanitizeMavenSettings(userText, refs))})
+		clean := sanitizeMavenSettings(userText, refs)
+		if err := checkMavenClean(clean, refs); err != nil {
+			return nil, fmt.Errorf("preset maven: %s: %w", user, err)
+		}
+		v.Files = append(v.Files, File{HomeRel: ".m2/settings.xml", Content: []byte(clean)})
 	}
 	if globalSecret {
 		// A secret in the global settings: the sandbox sees them without it.
@@ -160,7 +164,11 @@ func (s Source) mavenView(v *View) ([]policy.Endpoint, error) {
 		if r, err := filepath.EvalSymlinks(global); err == nil {
 			real = r
 		}
-		v.Files = append(v.Files, File{Path: real, Replaces: real, Content: []byte(sanitizeMavenSettings(globalText, refs))})
+		clean := sanitizeMavenSettings(globalText, refs)
+		if err := checkMavenClean(clean, refs); err != nil {
+			return nil, fmt.Errorf("preset maven: %s: %w", global, err)
+		}
+		v.Files = append(v.Files, File{Path: real, Replaces: real, Content: []byte(clean)})
 	}
 	return eps, nil
 }
@@ -209,4 +217,46 @@ func (s Source) lookPath(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found in the caller's PATH", name)
+}
+
+// checkMavenClean reads a sanitized settings.xml as XML and refuses it when any password,
+// passphrase or privateKey element still holds something other than a reference written here: a
+// form the textual replacement did not know must stop the run rather than reach the sandbox.
+func checkMavenClean(text string, refs map[string]string) error {
+	allowed := map[string]bool{}
+	for _, r := range refs {
+		allowed[r] = true
+	}
+	d := xml.NewDecoder(strings.NewReader(text))
+	d.Strict = false
+	var open []string
+	var data strings.Builder
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			if err.Error() == "EOF" {
+				return nil
+			}
+			return fmt.Errorf("cannot be read after removing its secrets: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			open = append(open, t.Name.Local)
+			data.Reset()
+		case xml.CharData:
+			data.Write(t)
+		case xml.EndElement:
+			name := t.Name.Local
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+			switch name {
+			case "password", "passphrase", "privateKey":
+				if v := strings.TrimSpace(data.String()); v != "" && !(name == "password" && allowed[v]) {
+					return fmt.Errorf("a %s element could not be removed; the sandbox does not get this file", name)
+				}
+			}
+			data.Reset()
+		}
+	}
 }
