@@ -11,6 +11,7 @@ import (
 func FuzzSanitizeNpmrc(f *testing.F) {
 	f.Add("registry=https://r.internal/\n//r.internal/:_authToken=SECRET\n")
 	f.Add("  //h:1/p/:_auth = \"x\"\n_password=y\nproxy=http://u:p@h/\n; c\n# d\n")
+	f.Add("\"//h/:_authToken\" = SECRET\n//h/:_AUTHTOKEN=SECRET\n[sec]\nx._auth=SECRET\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		kept, _ := sanitizeNpmrc(text, nil)
 		for _, line := range strings.Split(kept, "\n") {
@@ -18,12 +19,12 @@ func FuzzSanitizeNpmrc(f *testing.F) {
 			if !ok || strings.HasPrefix(strings.TrimSpace(line), "#") || strings.HasPrefix(strings.TrimSpace(line), ";") {
 				continue
 			}
-			k = strings.TrimSpace(k)
-			if i := strings.LastIndex(k, ":"); strings.HasPrefix(k, "//") && i > 0 {
+			k = strings.Trim(strings.TrimSpace(k), `"'`)
+			if i := strings.LastIndexAny(k, ":."); i >= 0 {
 				k = k[i+1:]
 			}
 			for _, a := range npmAuthKeys {
-				if k == a {
+				if strings.EqualFold(k, a) {
 					t.Fatalf("auth line %q kept from %q", line, text)
 				}
 			}

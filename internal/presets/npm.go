@@ -159,14 +159,21 @@ func sanitizeNpmrc(text string, env []string) (kept string, auth []npmAuth) {
 		trimmed := strings.TrimSpace(line)
 		k, val, ok := strings.Cut(trimmed, "=")
 		if ok && !strings.HasPrefix(trimmed, "#") && !strings.HasPrefix(trimmed, ";") {
-			k, val = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(val), `"'`)
-			nerf, key := "", k
-			if strings.HasPrefix(k, "//") {
-				if i := strings.LastIndex(k, ":"); i > 0 {
-					nerf, key = k[:i], k[i+1:]
-				}
+			// Keys as npm's ini reader takes them: trimmed and unquoted. Matched without regard to case,
+			// so that no spelling of an auth key stays in a copy the sandbox sees.
+			k, val = strings.Trim(strings.TrimSpace(k), `"'`), strings.Trim(strings.TrimSpace(val), `"'`)
+			key := k
+			if i := strings.LastIndexAny(k, ":."); i >= 0 {
+				key = k[i+1:] // after a registry, a section or a scope ("//h/:_auth", "x._auth")
 			}
-			if slices.Contains(npmAuthKeys, key) {
+			nerf := ""
+			if i := strings.LastIndex(k, ":"); i > 0 && strings.HasPrefix(k, "//") && k[i+1:] == key {
+				nerf = k[:i]
+			}
+			if slices.ContainsFunc(npmAuthKeys, func(a string) bool { return strings.EqualFold(a, key) }) {
+				if strings.EqualFold(key, "_authToken") {
+					key = "_authToken"
+				}
 				if key != "email" {
 					auth = append(auth, npmAuth{nerf: nerf, key: key, value: expandNpm(val, env)})
 				}
