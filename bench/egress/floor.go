@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/kernelrelay"
 )
 
 // The bench binary has three other roles, chosen by its first argument, so that every contender runs
@@ -27,6 +30,9 @@ import (
 //
 //	relay-go UPSTREAM     a plain Go relay: a goroutine per direction, 4 MiB buffers
 //	relay-epoll UPSTREAM  the cheapest relay we know how to write: one thread, one epoll loop
+//	relay-splice UPSTREAM a Go relay whose bytes stay in the kernel: io.Copy between TCP sockets
+//	                      (splice(2) through a pipe)
+//	relay-sockmap UPSTREAM the kernel relays: cordon's eBPF sockmap (internal/egress/proxy/kernelrelay)
 //	client ADDR N PAR     N connections (HEAD, read the answer, close), PAR at a time
 //
 // A relay listens on a loopback port of its own and prints "READY port". The relays check nothing and
@@ -42,6 +48,11 @@ func role(args []string) bool {
 		check(err)
 		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
 		relayGo(ln, args[2])
+	case "relay-splice", "relay-sockmap":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		check(err)
+		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
+		relayKernel(ln, args[2], args[1] == "relay-sockmap")
 	case "relay-epoll":
 		check(relayEpoll(args[2], func(port int) { fmt.Println("READY", port) }))
 	case "client":
@@ -88,6 +99,43 @@ func relayGo(ln net.Listener, upstream string) {
 			done := make(chan struct{})
 			go func() { pipe(u, c); close(done) }()
 			pipe(c, u)
+			<-done
+		}()
+	}
+}
+
+// relayKernel relays each connection in the kernel: with splice(2) (io.Copy between two TCP
+// sockets), or handed to cordon's sockmap relay.
+func relayKernel(ln net.Listener, upstream string, sockmap bool) {
+	var kr *kernelrelay.Relay
+	if sockmap {
+		var err error
+		kr, err = kernelrelay.New()
+		check(err)
+	}
+	for {
+		c, err := ln.Accept()
+		check(err)
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			if kr != nil {
+				p, err := kr.Splice(c.(*net.TCPConn), u.(*net.TCPConn))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return
+				}
+				_, _, _ = p.Wait(context.Background())
+				return
+			}
+			done := make(chan struct{})
+			go func() { _, _ = io.Copy(u, c); _ = u.(*net.TCPConn).CloseWrite(); close(done) }()
+			_, _ = io.Copy(c, u)
+			_ = c.(*net.TCPConn).CloseWrite()
 			<-done
 		}()
 	}

@@ -31,6 +31,7 @@ func main() {
 		return
 	}
 	cordon := flag.String("cordon", "bin/cordon", "cordon binary")
+	baseline := flag.String("baseline", "", "an older cordon binary, run as one more contender in the same rounds (before/after figures)")
 	sizeMiB := flag.Int("size", 1024, "download size in MiB")
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
 	concurrent := flag.Int("concurrent", 10000, "connections held open at once")
@@ -41,6 +42,11 @@ func main() {
 	want := func(t string) bool { return strings.Contains(","+*tests+",", ","+t+",") }
 	bin, err := filepath.Abs(*cordon)
 	check(err)
+	var base string
+	if *baseline != "" {
+		base, err = filepath.Abs(*baseline)
+		check(err)
+	}
 	// The gateway holds two descriptors per relayed connection; give cordon (inherited by the child)
 	// room for the concurrency test where the caller may raise its limit.
 	var lim syscall.Rlimit
@@ -88,29 +94,59 @@ func main() {
 	goRelay, epollRelay := startRelay("relay-go", upstream), startRelay("relay-epoll", upstream)
 	defer goRelay.stop()
 	defer epollRelay.stop()
-	relayCPU := func() time.Duration { return goRelay.cpu() + epollRelay.cpu() }
+	spliceRelay := startRelay("relay-splice", upstream)
+	defer spliceRelay.stop()
+	relays := []*relay{goRelay, epollRelay, spliceRelay}
+	// The sockmap relay needs root; rootless, the bench goes on without it.
+	var sockmapRelay *relay
+	if os.Geteuid() == 0 {
+		sockmapRelay = startRelay("relay-sockmap", upstream)
+		defer sockmapRelay.stop()
+		relays = append(relays, sockmapRelay)
+	}
+	relayCPU := func() time.Duration {
+		var d time.Duration
+		for _, r := range relays {
+			d += r.cpu()
+		}
+		return d
+	}
 	if want("download") {
 		// Four ways, interleaved in each round: direct (no sandbox); through a plain Go relay on the
 		// host (the floor); through cordon's transparent path (proxies off: DNS, nftables redirect,
 		// conntrack); through its explicit proxy (HTTP_PROXY).
-		ways := []struct {
+		type way struct {
 			name string
 			argv []string
-		}{
+		}
+		ways := []way{
 			{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}},
 			{"Go relay", []string{"sh", "-c", curl("127.0.0.1", goRelay.port, "--noproxy '*'")}},
+			{"splice", []string{"sh", "-c", curl("127.0.0.1", spliceRelay.port, "--noproxy '*'")}},
+		}
+		if sockmapRelay != nil {
+			ways = append(ways, way{"sockmap", []string{"sh", "-c", curl("127.0.0.1", sockmapRelay.port, "--noproxy '*'")}})
+		}
+		ways = append(ways, []way{
 			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}},
 			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}},
+		}...)
+		if base != "" {
+			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}})
 		}
 		speeds := make([][]float64, len(ways))
 		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's or the relay's with it
+		// The whole machine's, since a kernel relay's work runs in kernel threads (softirq, the
+		// sockmap's work queue) that no process is charged for; it includes whatever else runs.
+		machine := make([]time.Duration, len(ways))
 		var server time.Duration
 		for range *rounds {
 			for i, w := range ways {
-				s0, c0, r0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN), relayCPU()
+				s0, c0, r0, m0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN), relayCPU(), machineCPU()
 				speeds[i] = append(speeds[i], speed(run(env, project, w.argv[0], w.argv[1:]...)))
 				server += cpuTime(syscall.RUSAGE_SELF) - s0
 				cpu[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0 + relayCPU() - r0
+				machine[i] += machineCPU() - m0
 			}
 		}
 		gib := float64(*sizeMiB) / 1024 * float64(*rounds)
@@ -120,9 +156,9 @@ func main() {
 			for k := range ratios {
 				ratios[k] = speeds[i][k] / speeds[0][k]
 			}
-			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB\n",
+			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB, machine %.2f\n",
 				w.name, median(slices.Clone(speeds[i]))/(1<<20), slices.Min(speeds[i])/(1<<20), slices.Max(speeds[i])/(1<<20),
-				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), cpu[i].Seconds()/gib)
+				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), cpu[i].Seconds()/gib, machine[i].Seconds()/gib)
 		}
 	}
 
@@ -151,6 +187,14 @@ func main() {
 			{"cordon", func(par int) []string {
 				return []string{bin, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
+		}
+		if base != "" {
+			ways = append(ways, struct {
+				name string
+				argv func(par int) []string
+			}{"baseline", func(par int) []string {
+				return []string{base, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
+			}})
 		}
 		for _, par := range []int{1, 4} {
 			rates, lats := make([][]float64, len(ways)), make([][]float64, len(ways))
@@ -293,6 +337,23 @@ func cpuTime(who int) time.Duration {
 }
 
 // median of xs (which it sorts).
+// machineCPU is the busy time of all processors so far (/proc/stat: everything but idle, iowait and
+// steal).
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	check(err)
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy int64
+	for i, f := range strings.Fields(line)[1:] {
+		v, err := strconv.ParseInt(f, 10, 64)
+		check(err)
+		if i != 3 && i != 4 && i < 7 { // not idle, iowait, steal (the hypervisor's); guest times are in user
+			busy += v
+		}
+	}
+	return time.Duration(busy) * time.Second / 100 // USER_HZ
+}
+
 func median(xs []float64) float64 {
 	slices.Sort(xs)
 	if len(xs)%2 == 1 {

@@ -172,7 +172,7 @@ func TestDoctor(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("doctor failed on a host where cordon works:\n%s", r)
 		}
-		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "sandbox", "nftables"} {
+		for _, want := range []string{"user namespaces", "landlock", "seccomp", "cgroups", "kernel relay", "sandbox", "nftables"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("doctor does not report %s:\n%s", want, r.stdout)
 			}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/kernelrelay"
 )
 
 // Defaults for the Config fields left zero.
@@ -86,6 +87,11 @@ type Config struct {
 	LocalAddrs func() ([]netip.Addr, error)
 	// Intercept, if set, takes the connections to the hosts it wants, once they are judged and allowed.
 	Intercept Interceptor
+	// KernelRelay, if set, relays the connections the gateway passes through unread (TLS it does not
+	// inspect, other TCP) in the kernel once their first bytes are judged, instead of copying them
+	// through user space. Plain HTTP is always forwarded request by request in user space. The
+	// caller owns it (and closes it after the gateway stops).
+	KernelRelay *kernelrelay.Relay
 	// SniffTimeout, HeaderTimeout and DialTimeout override the defaults above.
 	SniffTimeout, HeaderTimeout, DialTimeout time.Duration
 }

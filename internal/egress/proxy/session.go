@@ -3,18 +3,22 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
 	"github.com/cordon-sandbox/cordon/internal/egress/proxy/http1"
+	"github.com/cordon-sandbox/cordon/internal/egress/proxy/kernelrelay"
 )
 
 // gatewayRule is the Rule of decisions the gateway takes itself (the names disagree, an address it
@@ -258,27 +262,38 @@ func checkRequest(r *http1.Request, name string, port uint16) string {
 // in either resetting both.
 func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) {
 	c := s.client
-	type result struct {
-		n   int64
-		err error
-	}
-	// stopped is set when the gateway itself stops the upstream-to-client relay: to refuse, or to
-	// forward plain HTTP request by request instead.
+	// stopped is set when the gateway itself stops the upstream-to-client relay: to refuse, to forward
+	// plain HTTP request by request instead, or to hand the connection to the kernel.
 	var stopped atomic.Bool
-	down := make(chan result, 1)
-	go func() {
-		n, err := s.g.bufs.relay(c, up)
-		if !stopped.Load() {
-			if err == nil {
-				closeWrite(c)
-			} else {
-				reset(c)
-				s.abort()
+	down := make(chan relayResult, 1)
+	running := false // the upstream-to-client relay has started
+	startDown := func() {
+		running = true
+		go func() {
+			n, err := s.g.bufs.relay(c, up)
+			acted := !stopped.Load()
+			if acted {
+				if err == nil {
+					closeWrite(c)
+				} else {
+					reset(c)
+					s.abort()
+				}
 			}
-		}
-		down <- result{n, err}
-	}()
+			down <- relayResult{n, err, acted}
+		}()
+	}
+	// A client whose first bytes are already here (an HTTP or TLS client writes them as soon as it
+	// is connected) is judged before the upstream's bytes are relayed: nothing the server could say
+	// has reached the client yet, so plain HTTP and intercepted TLS need no relay to stop. Only a
+	// silent client (a protocol where the server speaks first) gets the relay at once.
+	if !readable(c, br) {
+		startDown()
+	}
 	finish := func() {
+		if !running {
+			return
+		}
 		r := <-down
 		s.ev.BytesIn += r.n
 		if r.err != nil && !stopped.Load() && s.ev.Detail["error"] == "" {
@@ -321,30 +336,152 @@ func (s *session) pass(br *bufio.Reader, up net.Conn, name string, port uint16) 
 		// Whatever the server said before the request went to the client as it came; from here on
 		// its bytes are read as responses.
 		stopped.Store(true)
-		_ = up.SetReadDeadline(time.Now())
-		finish()
-		_ = up.SetReadDeadline(time.Time{})
+		if running {
+			_ = up.SetReadDeadline(time.Now())
+			finish()
+			_ = up.SetReadDeadline(time.Time{})
+		}
 		s.serveHTTP(br, up, sn.req, name, port)
 		return
 	}
 
+	prefix := sn.prefix
+	if kr := s.g.cfg.KernelRelay; kr != nil {
+		var done bool
+		if done, prefix = s.kernelPass(kr, up, prefix, running, &stopped, down, startDown); done {
+			return
+		}
+	}
+	if !running {
+		startDown()
+	}
 	// Client to upstream: the sniffed bytes, then the rest.
-	n, err := up.Write(sn.prefix)
+	n, err := up.Write(prefix)
 	out := int64(n)
 	if err == nil {
 		var m int64
 		m, err = s.g.bufs.relay(up, c)
 		out += m
 	}
-	s.ev.BytesOut = out
+	s.ev.BytesOut += out
 	if err == nil {
 		closeWrite(up)
 	} else {
+		// A reset, not a FIN, on both sides: a FIN would tell the upstream that a cut stream (an
+		// upload, a request) was whole.
 		s.detail("error", "from client: "+err.Error())
+		reset(up)
 		reset(c)
 		s.abort()
 	}
 	finish()
+}
+
+// relayResult is how a relay goroutine ended; acted says whether it passed its end on itself (it does
+// not once the gateway stopped it).
+type relayResult struct {
+	n     int64
+	err   error
+	acted bool
+}
+
+// kernelPass hands a judged connection to the kernel relay: it stops the upstream-to-client relay
+// where it waits for bytes, writes the judged bytes upstream, and splices the two sockets, which
+// the kernel then relays both ways until each direction's end (passed on as a half-close) or a
+// reset (both reset). It returns done when the connection is over. Otherwise the user-space relay
+// carries on, with the upstream-to-client goroutine running (again, or for the first time if it was
+// not running) or its end left in down, and rest the bytes still to write upstream.
+func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, running bool, stopped *atomic.Bool, down chan relayResult, restart func()) (done bool, rest []byte) {
+	cc, ok1 := s.client.(*net.TCPConn)
+	uc, ok2 := up.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return false, prefix
+	}
+	stopped.Store(true)
+	r := relayResult{err: os.ErrDeadlineExceeded} // a relay that never ran stopped where it waited
+	if running {
+		_ = up.SetReadDeadline(time.Now())
+		r = <-down
+		_ = up.SetReadDeadline(time.Time{})
+	}
+	if !errors.Is(r.err, os.ErrDeadlineExceeded) {
+		// The upstream's stream ended before the handover: pass its end on as the relay would have,
+		// and leave the rest to user space.
+		if !r.acted {
+			if r.err == nil {
+				closeWrite(s.client)
+			} else {
+				reset(s.client)
+				s.abort()
+			}
+		}
+		stopped.Store(false)
+		down <- relayResult{r.n, r.err, true}
+		return false, prefix
+	}
+	s.ev.BytesIn += r.n
+	n, err := up.Write(prefix)
+	s.ev.BytesOut += int64(n)
+	if err != nil {
+		s.detail("error", "to upstream: "+err.Error())
+		reset(up)
+		reset(s.client)
+		s.abort()
+		return true, nil
+	}
+	p, err := kr.Splice(cc, uc)
+	if err != nil {
+		// The kernel did not take it (its maps are full, a socket is closing): relay in user space,
+		// counting what Splice moved itself.
+		if he := (*kernelrelay.HandoverError)(nil); errors.As(err, &he) {
+			s.ev.BytesOut += he.AB
+			s.ev.BytesIn += he.BA
+		}
+		s.detail("relay", "user space ("+err.Error()+")")
+		stopped.Store(false)
+		restart()
+		return false, nil
+	}
+
+	s.detail("relay", "kernel")
+	out, in, err := p.Wait(s.ctx)
+	s.ev.BytesOut += out
+	s.ev.BytesIn += in
+	if err != nil {
+		s.detail("error", err.Error())
+		reset(up)
+		reset(s.client)
+		s.abort()
+	}
+	return true, nil
+}
+
+// readable reports, without waiting, whether the client has sent bytes the gateway has not read:
+// already in br, or in the socket (a peek that takes nothing).
+func readable(c net.Conn, br *bufio.Reader) bool {
+	if br.Buffered() > 0 {
+		return true
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var n int
+	_ = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		for {
+			var err error
+			n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if err != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	return n > 0
 }
 
 func closeWrite(c net.Conn) {
