@@ -352,7 +352,7 @@ func mountTree(spec *sandbox.Spec, home string, srcs *hostSources, creator *sand
 	for i, m := range spec.Mounts {
 		mounts = append(mounts, treeMount{target: m.Path(), mount: func(dst string) error {
 			if m.Overlay != nil {
-				return mountCache(m, i, srcs, dst)
+				return mountCache(m, i, srcs, dst, creator)
 			}
 			if srcs != nil {
 				return attachMount(srcs.mounts[i], dst, m.Writable)
@@ -387,7 +387,7 @@ const (
 // lower layer is the host's tree and never written. As root its layers come from the descriptors
 // cordon opened (idmapped, like the workspace's), attached in the scratch root under names of their
 // own.
-func mountCache(m sandbox.Mount, i int, srcs *hostSources, dst string) error {
+func mountCache(m sandbox.Mount, i int, srcs *hostSources, dst string, creator *sandbox.User) error {
 	lower, upper, work := host(m.Source), host(m.Overlay.Upper), host(m.Overlay.Work)
 	if srcs != nil {
 		l, layers := fmt.Sprintf("%s-%d", scratchLower, i+1), fmt.Sprintf("%s-%d", scratchLayers, i+1)
@@ -399,7 +399,7 @@ func mountCache(m sandbox.Mount, i int, srcs *hostSources, dst string) error {
 		}
 		lower, upper, work = l, filepath.Join(layers, filepath.Base(m.Overlay.Upper)), filepath.Join(layers, filepath.Base(m.Overlay.Work))
 	}
-	if err := mountOverlay(lower, upper, work, dst); err != nil {
+	if err := mountOverlay(lower, upper, work, dst, creator); err != nil {
 		return fmt.Errorf("cache overlay over %s: %w (filesystem.caches: [] shows no caches)", m.Source, err)
 	}
 	return nil
