@@ -177,7 +177,18 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 
 	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
 	// streams; what they mint is revoked on every way out.
-	credSet, err := b.prepareCredentials(ctx, pol)
+	// The presets' tools are asked once, in the workspace: the gateway allows what they name and the
+	// sandbox gets the same view (variables, files without auth lines, tokens as credentials).
+	var view *presets.View
+	if pol.Network != nil {
+		if view, err = (presets.Source{Env: env, Workspace: project}).View(pol.Network.Presets); err != nil {
+			return nil, fmt.Errorf("network.presets: %w", err)
+		}
+		for _, n := range view.Notes {
+			b.warn.notice(n)
+		}
+	}
+	credSet, err := b.prepareCredentials(ctx, pol, view.TokenList())
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +225,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}
 	c.Add(func() { b.dropRun(rec) })
-	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env))
+	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env), view, credSet)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +249,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		// runs; the box creates its sockets and rules before the command exists. If either fails,
 		// the command does not start.
 		gcfg := gateway.Config{
-			Network: pol.Network, Presets: presets.Source{Env: env},
+			Network: pol.Network, Presets: view,
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
 			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
 			Services: gatewayServices(svc),
@@ -284,7 +295,11 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	streams.Started()
 	if err != nil {
-		return nil, boxError(err, spec, env)
+		var used []string
+		if pol.Network != nil {
+			used = pol.Network.Presets
+		}
+		return nil, boxError(err, spec, env, used)
 	}
 	// The command runs: from here the Run owns everything, and Wait releases it in its own order.
 	c.Release()
@@ -438,6 +453,7 @@ func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
+	r.b.dropCacheLayers(r.rec.Dir)
 	keep := func(n int, why KeepReason) (int, KeepReason) {
 		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
 		if durable {

@@ -23,6 +23,8 @@ func examplePolicy() *Policy {
 			ReadWrite: []string{"/home/a/.cache/go-build"},
 			Deny:      []string{"**/.env", "*.pem", "secrets/"},
 			Secrets:   Secrets{Allow: []string{"testdata/**"}},
+			Caches:    []string{"go", "npm"},
+			CachesSet: true,
 		},
 		Env: Env{
 			Pass: []string{"GOFLAGS", "ANTHROPIC_BASE_URL"},
@@ -200,7 +202,7 @@ func TestParseErrors(t *testing.T) {
 
 		// filesystem
 		{"fs not mapping", "version: 1\nfilesystem: [a]\n", "2:13: filesystem: expected a mapping, got a list"},
-		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny, secrets)"},
+		{"fs unknown", "version: 1\nfilesystem: {ro: []}\n", "2:14: filesystem.ro: unknown field (expected one of readonly, readwrite, deny, caches, secrets)"},
 		{"fs relative", "version: 1\nfilesystem:\n  readonly: [tools]\n", `3:14: filesystem.readonly[0]: "tools" is relative (expected an absolute path or one starting with ~/)`},
 		{"fs tilde user", "version: 1\nfilesystem:\n  readwrite: [~bob/x]\n", `3:15: filesystem.readwrite[0]: "~bob/x": ~user is not supported (expected an absolute path or one starting with ~/)`},
 		{"fs root", "version: 1\nfilesystem:\n  readwrite: [/]\n", `3:15: filesystem.readwrite[0]: "/" would expose the host's whole file system`},
@@ -270,7 +272,7 @@ func TestParseErrors(t *testing.T) {
 		{"hosts bad ip", "version: 1\nnetwork:\n  hosts: {a.test: 300.1.1.1}\n", `3:19: network.hosts.a.test: "300.1.1.1" is not an IP address`},
 		{"hosts wildcard", "version: 1\nnetwork:\n  hosts: {\"*.a.test\": 1.1.1.1}\n", `3:11: network.hosts.*.a.test: "*.a.test": a wildcard is not allowed here (expected an exact host name)`},
 		{"hosts dup", "version: 1\nnetwork:\n  hosts: {a.test: 1.1.1.1, A.test: 1.1.1.2}\n", `3:28: network.hosts.A.test: "a.test" is listed twice`},
-		{"preset unknown", "version: 1\nnetwork:\n  presets: [cargo]\n", `3:13: network.presets[0]: unknown preset "cargo" (expected one of claude, github, npm, go, pypi, apt)`},
+		{"preset unknown", "version: 1\nnetwork:\n  presets: [gradle]\n", `3:13: network.presets[0]: unknown preset "gradle" (expected one of claude, github, npm, go, pypi, cargo, maven, apt)`},
 		{"dns bad", "version: 1\nnetwork:\n  dns: {upstream: [dns.google]}\n", `3:20: network.dns.upstream[0]: "dns.google" is not a resolver address (expected an IP with an optional port, e.g. 127.0.0.53:53)`},
 		{"dns port 0", "version: 1\nnetwork:\n  dns: {upstream: [\"1.1.1.1:0\"]}\n", `3:20: network.dns.upstream[0]: "1.1.1.1:0" is not a resolver address (expected an IP with an optional port, e.g. 127.0.0.53:53)`},
 		{"tls relative", "version: 1\nnetwork:\n  tls: {caFile: ca.pem}\n", `3:17: network.tls.caFile: "ca.pem" is relative (expected an absolute path or one starting with ~/)`},
@@ -323,6 +325,7 @@ func TestParseErrors(t *testing.T) {
 		{"aws role region", cred("    from: {aws: {env: true, assumeRole: {roleArn: \"arn:aws:iam::123456789012:role/x\", region: EU}}}\n"), `4:95: credentials[0].from.aws.assumeRole.region: "EU" is not an AWS region (such as eu-west-3)`},
 		{"aws with header", cred("    from: {aws: {env: true}}\n    inject: {host: \"*.amazonaws.com\", header: X}\n"), "5:13: credentials[0].inject: an aws credential signs requests: it takes only host (no header, scheme or body)"},
 		{"secrets bad glob", "version: 1\nfilesystem: {secrets: {allow: [\"a/[\"]}}\n", `2:32: filesystem.secrets.allow[0]: "a/[" is not a valid glob: syntax error in pattern`},
+		{"unknown cache", "version: 1\nfilesystem: {caches: [go, gradle]}\n", `2:27: filesystem.caches[1]: unknown cache "gradle" (expected one of go, npm, pip, cargo, maven)`},
 		{"secrets scan not bool", "version: 1\nfilesystem: {secrets: {scan: maybe}}\n", `2:30: filesystem.secrets.scan: expected true or false, got "maybe"`},
 		{"inject host list", cred("    from: {env: A}\n    inject: {host: [a.com, \"b.com:443\"], header: X}\n"), `5:28: credentials[0].inject.host[1]: "b.com:443" must be a host name (no port; list ports separately)`},
 		{"inject empty hosts", cred("    from: {env: A}\n    inject: {host: [], header: X}\n"), "5:20: credentials[0].inject.host: expected at least one host"},

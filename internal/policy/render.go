@@ -52,6 +52,7 @@ type docFilesystem struct {
 	ReadWrite []any       `yaml:"readwrite,omitempty"`
 	Deny      []string    `yaml:"deny,omitempty"`
 	Secrets   *docSecrets `yaml:"secrets,omitempty"`
+	Caches    *[]string   `yaml:"caches,omitempty"`
 }
 
 type docMount struct {
@@ -183,6 +184,10 @@ func (p *Policy) doc() docPolicy {
 			OpenFiles: p.Limits.OpenFiles,
 		},
 		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname, Workdir: p.Sandbox.Workdir},
+	}
+	if p.Filesystem.CachesSet {
+		c := append([]string{}, p.Filesystem.Caches...)
+		d.Filesystem.Caches = &c
 	}
 	if sec := p.Filesystem.Secrets; sec.NoScan || len(sec.Allow) > 0 {
 		d.Filesystem.Secrets = &docSecrets{Scan: !sec.NoScan, Allow: sec.Allow}
