@@ -54,6 +54,8 @@ func FuzzMeterSSE(f *testing.F) {
 	addSeeds(f, ".sse")
 	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\r\n\r\n"), uint(30), true)
 	f.Add([]byte("event:message_start\ndata:{\"type\":\"message_start\",\ndata:\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n"), uint(3), false)
+	// Mixed line ends (CR, CRLF, LF) in runs of usage-free events before one with usage.
+	f.Add([]byte("data: {\"d\":1}\r\n\ndata: {\"d\"\r:2}\n\n\r\rdata: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\r\n\r\n"), uint(20), true)
 	// Runs of usage-free events around the ones with usage, with a line split across data lines.
 	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n"+
 		"data: {\"delta\":\"a\"}\n\ndata: {\"delta\":\"b\"}\n\n\n\nevent: x\ndata: {\"usa\ndata: ge\":1}\n\n"+

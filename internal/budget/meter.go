@@ -57,16 +57,17 @@ func (m *Meter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// blankLF ends an event in a stream whose lines end in LF.
+// blankLF, two LFs in a row, always ends a blank line (after an LF, a CRLF or a CR followed by LF), and so an event.
 var blankLF = []byte("\n\n")
 
 // writeSSE reads the next bytes of an event stream. Almost all of a model's stream is text deltas,
 // which carry no usage: a run of whole events in which the bytes `usage"` do not occur (and so no
 // event's data has a "usage" key: the data is its lines' values joined by LF, and the key holds
 // none) changes nothing and is skipped with two searches, which run at memory speed, instead of
-// being split into lines. Only runs of LF-ended lines that start where an event starts are skipped;
-// everything else (the event a chunk starts in the middle of, the tail, CR line ends) goes through
-// the parser, which stays the only judge of where events end.
+// being split into lines. A run is skipped from where an event starts to the last LF LF: whatever
+// line ends come before it (LF, CR, CRLF), that pair ends a blank line, so the run ends where an
+// event ends. Everything else (the event a chunk starts in the middle of, the tail) goes through the
+// parser, which stays the only judge of where events end.
 func (m *Meter) writeSSE(p []byte) {
 	for len(p) > 0 {
 		if !m.atEventStart() {
@@ -87,7 +88,7 @@ func (m *Meter) writeSSE(p []byte) {
 			m.sse.Write(p)
 			return
 		}
-		if run := p[:j+2]; bytes.Contains(run, usageKey[1:]) || bytes.IndexByte(run, '\r') >= 0 {
+		if bytes.Contains(p[:j+2], usageKey[1:]) {
 			m.sse.Write(p)
 			return
 		}
