@@ -35,3 +35,10 @@ func FindRunsc(runsc string, env []string) (path, version string, err error) {
 	}
 	return r.Path, r.Version, nil
 }
+
+// serviceHostIDs are the host ids fixture servers run as when cordon runs as root: the id
+// serviceRangeID of the reserved range the sandbox maps into (so that no account owns it), never the
+// agent's own.
+func serviceHostIDs() (uid, gid int, err error) {
+	return linux.RootSandboxIDs(sandbox.User{UID: serviceRangeID, GID: serviceRangeID})
+}

@@ -14,3 +14,8 @@ func newBackend(Isolation, string, []string) (sandbox.Backend, error) {
 func FindRunsc(string, []string) (path, version string, err error) {
 	return "", "", sandbox.ErrUnsupported
 }
+
+// serviceHostIDs has no reserved range to pick from on this platform.
+func serviceHostIDs() (uid, gid int, err error) {
+	return 0, 0, ErrUnsupported
+}

@@ -35,6 +35,9 @@ type Config struct {
 	// StateDir is where runs are kept; empty means cordon's default for the caller
 	// ($XDG_STATE_HOME/cordon, else ~/.local/state/cordon; /var/lib/cordon for root).
 	StateDir string
+	// KeepServices keeps the run's fixture servers (policy services) running after the command
+	// ended, for a look from the host (Run.Services names how to connect), until Run.StopServices.
+	KeepServices bool
 	// Publish forwards connections to host addresses into servers the command runs on the sandbox's
 	// loopback (cordon run --publish), each one an event of the audit log. Nothing is published
 	// unless listed; the policy needs a network section, whose audit log records them.

@@ -20,6 +20,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/creds/githubapp"
 	"github.com/cordon-sandbox/cordon/internal/creds/scan"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
@@ -31,11 +32,22 @@ const revokeTimeout = 30 * time.Second
 // prepareCredentials reads every credential the policy names (running commands and minting tokens
 // outside the sandbox, before it starts) and makes their placeholders. A credential that cannot be
 // read stops the run: the agent must not start without what it was promised.
-func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy) (*creds.Set, error) {
-	if len(pol.Credentials) == 0 {
+//
+// tokens are those the presets found in the tools' configuration (an npm registry's _authToken, a
+// password in an index URL): each becomes a credential bound to its registry's host alone.
+func (b *builder) prepareCredentials(ctx context.Context, pol *policy.Policy, tokens []presets.Token) (*creds.Set, error) {
+	if len(pol.Credentials) == 0 && len(tokens) == 0 {
 		return nil, nil
 	}
-	specs := make([]creds.Spec, 0, len(pol.Credentials))
+	specs := make([]creds.Spec, 0, len(pol.Credentials)+len(tokens))
+	for _, t := range tokens {
+		value := t.Value
+		specs = append(specs, creds.Spec{
+			Name:   t.Name,
+			Source: creds.SourceFuncs{Token: func(context.Context) (string, error) { return value, nil }},
+			Inject: creds.Inject{Hosts: []string{t.Host}, Scheme: t.Scheme, Header: t.Header},
+		})
+	}
 	for _, c := range pol.Credentials {
 		if c.From.SSHAgent != nil {
 			continue // not a value: the sandbox's agent socket (./sshagent.go)

@@ -32,6 +32,9 @@ type ExecError struct {
 	// for a symbolic link, its target's. Empty with Host set: Host is inside at the same path, and
 	// only the sandbox's PATH lacks its directory.
 	Hidden []string
+	// Preset names the network preset that shows the toolchain Host belongs to (go's GOROOT, nvm's
+	// node, pyenv's python) when the policy does not use it; "" otherwise.
+	Preset string
 	Err    error
 }
 
@@ -79,13 +82,14 @@ var ErrUnsupported = sandbox.ErrUnsupported
 
 // boxError sorts an error from the backend into ExecError or SetupError. caller is the caller's
 // environment, whose PATH says where the host has a command the sandbox lacks.
-func boxError(err error, spec *sandbox.Spec, caller []string) error {
+func boxError(err error, spec *sandbox.Spec, caller []string, used []string) error {
 	var ee *sandbox.ExecError
 	if errors.As(err, &ee) {
 		e := &ExecError{Path: ee.Path, NotFound: ee.NotFound, SearchPath: envValue(spec.Env, "PATH"),
 			Interpreter: ee.Interpreter, NoExecBit: ee.NoExecBit, Err: ee.Err}
 		if e.NotFound {
 			e.locate(spec, getenv(caller, "PATH"))
+			e.suggestPreset(caller, used)
 		}
 		return e
 	}

@@ -57,6 +57,9 @@ const (
 	EventSSHAgent = EventKind(audit.KindSSHAgent)
 	// EventAudit is the log's own record: what it suppressed at its size limit.
 	EventAudit = EventKind(audit.KindAudit)
+	// EventService is a step of a fixture service (policy services): started, a fixture applied,
+	// removed; Detail["action"] says which.
+	EventService = EventKind(audit.KindService)
 )
 
 // Decision is an Event's verdict.

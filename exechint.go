@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
 
@@ -50,6 +51,17 @@ func (e *ExecError) locate(spec *sandbox.Spec, callerPath string) {
 		// Shown, in the PATH, and still not found: something hides it that locate does not model
 		// (a mask, say); mounting its directory is the fix to suggest.
 		e.Hidden = []string{dir}
+	}
+}
+
+// suggestPreset names the preset that would show the hidden toolchain the command is in, unless the
+// run already uses it (used: the policy's network.presets).
+func (e *ExecError) suggestPreset(caller, used []string) {
+	if len(e.Hidden) == 0 {
+		return
+	}
+	if p := presets.Toolchain(filepath.Dir(e.Host), caller); p != "" && !slices.Contains(used, p) {
+		e.Preset = p
 	}
 }
 

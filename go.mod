@@ -3,6 +3,7 @@ module github.com/cordon-sandbox/cordon
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/coder/websocket v1.8.15

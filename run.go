@@ -24,6 +24,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
+	"github.com/cordon-sandbox/cordon/internal/services"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
@@ -74,6 +75,11 @@ type Run struct {
 	closeNull func()
 	timeout   time.Duration
 	keep      bool
+
+	// services are the run's fixture servers, stopped by Wait unless keepServices.
+	svcMu        sync.Mutex
+	services     *services.Set
+	keepServices bool
 
 	// over is set once the box has ended: Signal and Kill then do nothing.
 	over atomic.Bool
@@ -146,6 +152,10 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
+	pol = withServiceNetwork(pol)
+	if err := sweepServices(env); err != nil {
+		b.warn.degraded(err.Error())
+	}
 	if pol.Source != policy.BuiltinSource && pol.Source != "" {
 		// Nothing inside the agent's reach is ever read as configuration (the cordon command checks
 		// this before reading the file too).
@@ -167,7 +177,18 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 
 	// Credentials are read (commands run, tokens minted) before anything starts, on the caller's
 	// streams; what they mint is revoked on every way out.
-	credSet, err := b.prepareCredentials(ctx, pol)
+	// The presets' tools are asked once, in the workspace: the gateway allows what they name and the
+	// sandbox gets the same view (variables, files without auth lines, tokens as credentials).
+	var view *presets.View
+	if pol.Network != nil {
+		if view, err = (presets.Source{Env: env, Workspace: project}).View(pol.Network.Presets); err != nil {
+			return nil, fmt.Errorf("network.presets: %w", err)
+		}
+		for _, n := range view.Notes {
+			b.warn.notice(n)
+		}
+	}
+	credSet, err := b.prepareCredentials(ctx, pol, view.TokenList())
 	if err != nil {
 		return nil, err
 	}
@@ -204,11 +225,20 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}
 	c.Add(func() { b.dropRun(rec) })
-	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env))
+	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env), view, credSet)
 	if err != nil {
 		return nil, err
 	}
 	spec.RunName = "cordon-" + rec.Meta.ID
+	// Fixture services start now, outside the box, seeded before the command exists; a fixture that
+	// fails stops the start.
+	svcLog := &serviceLog{}
+	svc, err := b.startServices(ctx, pol, project, rec.Meta.ID, svcLog)
+	if err != nil {
+		return nil, err
+	}
+	c.Add(func() { svc.Stop() })
+	spec.Env = append(spec.Env, serviceEnv(pol, svc)...)
 	var gw *gateway.Gateway
 	ledger, err := budgetLedger(pol, b.store.Root, rec.Meta.ID)
 	if err != nil {
@@ -219,9 +249,10 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		// runs; the box creates its sockets and rules before the command exists. If either fails,
 		// the command does not start.
 		gcfg := gateway.Config{
-			Network: pol.Network, Presets: presets.Source{Env: env},
+			Network: pol.Network, Presets: view,
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
 			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
+			Services: gatewayServices(svc),
 		}
 		if credSet != nil {
 			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
@@ -232,6 +263,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 			return nil, err
 		}
 		c.Add(func() { gw.Close() })
+		svcLog.attach(gw)
 		spec.ResolvConf = gateway.ResolvConf()
 		var extra []byte
 		if spec.Env, extra, err = b.gatewayEnv(spec.Env, gw.Env(), pol.Env); err != nil {
@@ -263,7 +295,11 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	streams.Started()
 	if err != nil {
-		return nil, boxError(err, spec, env)
+		var used []string
+		if pol.Network != nil {
+			used = pol.Network.Presets
+		}
+		return nil, boxError(err, spec, env, used)
 	}
 	// The command runs: from here the Run owns everything, and Wait releases it in its own order.
 	c.Release()
@@ -271,6 +307,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		id: rec.Meta.ID, store: store, b: b, rec: rec, sb: sb, streams: streams, gw: gw,
 		creds: credSet, synced: synced, copied: copied, closeNull: closeNull, timeout: pol.Limits.Timeout,
 		keep: cfg.Keep, budgets: ledger, agent: agent, published: pubs, isolation: isolation,
+		services: svc, keepServices: cfg.KeepServices,
 	}
 	if gw != nil {
 		ls, err := sb.EgressListeners()
@@ -379,6 +416,12 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	if err := r.agent.Close(); err != nil { // first: its uses are events of the gateway's log
 		r.b.warn.degraded("the sandbox's ssh-agent: " + err.Error())
 	}
+	// The services go with the box (their removal still in the audit log), unless kept.
+	if !r.keepServices {
+		if err := r.StopServices(); err != nil {
+			r.b.warn.degraded(err.Error())
+		}
+	}
 	if r.gw != nil {
 		sum, err := r.gw.Close()
 		if err != nil {
@@ -410,6 +453,7 @@ func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
+	r.b.dropCacheLayers(r.rec.Dir)
 	keep := func(n int, why KeepReason) (int, KeepReason) {
 		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
 		if durable {

@@ -7,10 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/presets"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandboxenv"
@@ -66,7 +69,7 @@ func auditMaxBytes(pol *policy.Policy) int64 {
 }
 
 // buildSpec turns the policy into the sandbox's declarative spec.
-func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User) (*sandbox.Spec, error) {
+func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project string, argv []string, run *runstate.Run, id sandbox.User, view *presets.View, credSet *creds.Set) (*sandbox.Spec, error) {
 	budget, err := stateBudget(pol)
 	if err != nil {
 		return nil, err
@@ -76,13 +79,8 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 		return nil, fmt.Errorf("preparing the workspace: %w", err)
 	}
 	b.notice(run)
-	env, warnings := sandboxenv.Build(b.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: term.IsTerminal(int(b.stdin.Fd()))})
-	for _, w := range warnings {
-		b.warn.degraded(strings.TrimPrefix(w, "cordon: warning: "))
-	}
 	spec := &sandbox.Spec{
 		Args:         argv,
-		Env:          env,
 		Dir:          project,
 		Hostname:     cmp.Or(pol.Sandbox.Hostname, policy.DefaultHostname),
 		Workspace:    ws,
@@ -111,6 +109,22 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 	for _, p := range pol.Filesystem.ReadWrite {
 		spec.Mounts = append(spec.Mounts, b.mount(p, pol.Filesystem.Targets[p], true, id.Home)...)
 	}
+	var presetEnv []string
+	var presetFiles []presets.File
+	if view != nil {
+		// Toolchains the presets show, read-only like filesystem.readonly.
+		for _, d := range view.ReadOnly {
+			spec.Mounts = append(spec.Mounts, b.mount(d, "", false, id.Home)...)
+		}
+		presetEnv, presetFiles = view.Render(placeholders(credSet))
+	}
+	// The host's dependency caches, read-only under a layer of the run's own.
+	caches, cacheEnv, err := b.cacheMounts(pol, project, run.Dir, id.Home)
+	if err != nil {
+		return nil, err
+	}
+	spec.Mounts = append(spec.Mounts, caches...)
+	presetEnv = append(presetEnv, cacheEnv...)
 	if err := b.checkMounts(spec.Mounts, project); err != nil {
 		return nil, err
 	}
@@ -123,6 +137,30 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 		return nil, err
 	}
 	spec.Masks = append(spec.Masks, secrets...)
+	// The tools' configuration files, auth lines removed, after the policy's mounts were checked: a
+	// project's .npmrc is replaced in the workspace by its sanitized copy (instead of the secret scan's
+	// empty mask, which would lose its registry settings).
+	files, err := writePresetFiles(run.Dir, presetFiles, id.Home)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		spec.Mounts = append(spec.Mounts, f.mount)
+		if f.replaces != "" {
+			spec.Masks = slices.DeleteFunc(spec.Masks, func(m string) bool { return m == f.replaces })
+			b.warn.notice(fmt.Sprintf("presets: %s is shown without its auth lines; its tokens go to their registries from the gateway", f.replaces))
+		}
+	}
+	var pathDirs []string
+	if view != nil {
+		pathDirs = view.PathDirs
+	}
+	env, warnings := sandboxenv.BuildWith(b.env, pol.Env, sandboxenv.Identity{User: id.Name, Home: id.Home, TTY: term.IsTerminal(int(b.stdin.Fd()))},
+		sandboxenv.Options{Presets: presetEnv, PathDirs: pathDirs, Shown: func(dir string) bool { return shownInside(spec, dir) }})
+	for _, w := range warnings {
+		b.warn.degraded(strings.TrimPrefix(w, "cordon: warning: "))
+	}
+	spec.Env = env
 	b.warnSecretValues(env, pol.Env)
 	// Code that git runs on the host later is never writable from inside, even without the overlay.
 	for _, p := range []string{".git/hooks", ".git/config"} {
@@ -131,6 +169,56 @@ func (b *builder) buildSpec(ctx context.Context, pol *policy.Policy, project str
 		}
 	}
 	return spec, nil
+}
+
+// placeholders maps each credential's name to the placeholder the agent holds for it.
+func placeholders(set *creds.Set) map[string]string {
+	m := map[string]string{}
+	if set == nil {
+		return m
+	}
+	for _, kv := range set.Env() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// presetFile is a generated configuration file in the run's directory and where the sandbox sees it.
+type presetFile struct {
+	mount    sandbox.Mount
+	replaces string
+}
+
+// writePresetFiles writes the presets' files into the run's directory (readable by the sandbox's
+// user: they hold placeholders, never a value) and returns their mounts, read-only.
+func writePresetFiles(runDir string, files []presets.File, home string) ([]presetFile, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	dir := filepath.Join(runDir, "presets")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("preset files: %w", err)
+	}
+	// cordon's own directory, which no agent can write: its links (a state root under a linked
+	// home) are resolved here, as the backend opens mounts without following any.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	out := make([]presetFile, 0, len(files))
+	for i, f := range files {
+		target := f.Path
+		if f.HomeRel != "" {
+			target = filepath.Join(home, f.HomeRel)
+		}
+		src := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(target)))
+		if err := os.WriteFile(src, f.Content, 0o644); err != nil {
+			return nil, fmt.Errorf("preset files: %w", err)
+		}
+		out = append(out, presetFile{mount: sandbox.Mount{Source: src, Target: target}, replaces: f.Replaces})
+	}
+	return out, nil
 }
 
 // checkMounts refuses policy paths that would undo another boundary: a writable path inside the

@@ -39,7 +39,7 @@ func TestHelp(t *testing.T) {
 			})
 		}
 		r := h.cordon(nil, "", "help", "run")
-		for _, want := range []string{"\n  --policy ", "\n  -e, --env KEY[=VALUE]", "\n  --allow HOST[:PORT]", "\n  --isolation TIER", "\nFlags:\n"} {
+		for _, want := range []string{"\n  --policy ", "\n  -e, --env KEY[=VALUE]", "\n  --allow HOST[:PORT]", "\n  --isolation TIER", "\n  --keep-services ", "\nFlags:\n"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("help run does not show %q:\n%s", want, r.stdout)
 			}

@@ -27,6 +27,13 @@ func (a *app) cmdDoctor(args []string) int {
 	}
 
 	a.doctorHost(line)
+	for _, s := range cordon.ServiceServers(a.env) {
+		if s.Err != nil {
+			line("info", "service "+s.Kind, "none: "+s.Err.Error())
+		} else {
+			line("ok", "service "+s.Kind, s.Version+" in "+s.Dir)
+		}
+	}
 
 	// End to end: a real sandbox with a copy-on-write workspace, running /bin/true; then one with the
 	// egress gateway's sockets and nftables rules, which is what a network section needs.

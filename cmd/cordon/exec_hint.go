@@ -28,6 +28,9 @@ func execHint(e *cordon.ExecError) string {
 			return ""
 		}
 		return fmt.Sprintf("; %s is at %s, outside that PATH: add %s to it with %s", what, e.Host, dir, pathFix(dir, e.SearchPath))
+	case e.NotFound && e.Preset != "":
+		return fmt.Sprintf("; %s is at %s on the host, in a toolchain the %s preset shows read-only (and puts in the PATH): add it with network.presets: [%s] in the policy",
+			what, e.Host, e.Preset, e.Preset)
 	case e.NotFound:
 		vols := make([]string, len(e.Hidden))
 		for i, d := range e.Hidden {

@@ -79,7 +79,11 @@ func (a *app) cmdPolicyCheck(args []string) int {
 	fmt.Fprintf(a.stdout, "%s# %s\n", out, where)
 	code := 0
 	if pol.Network != nil {
+		// The tools are asked in the workspace, as cordon run asks them (its project config counts).
 		src := presets.Source{Env: a.env}
+		if project, err := cordon.ResolveWorkspace(*wsFlag, a.getenv("HOME")); err == nil {
+			src.Workspace = project
+		}
 		for _, name := range pol.Network.Presets {
 			eps, err := src.Preset(name)
 			if err != nil {

@@ -28,6 +28,7 @@ func (a *app) cmdRun(args []string) int {
 	policyFlag := fl.String("policy", "", "policy `file` (must be outside the workspace)")
 	wsFlag := fl.String("workspace", "", "project `directory` the agent works on (default: the current directory)")
 	keep := fl.Bool("keep", false, "keep the run even if it changes nothing (such a run is removed as it ends)")
+	keepServices := fl.Bool("keep-services", false, "keep the policy's services running after the command ends, to look at from the host, until Ctrl-C")
 	var rf runFlags
 	rf.register(fl)
 	if code, ok := a.parse(fl, runUsage, args); !ok {
@@ -62,6 +63,7 @@ func (a *app) cmdRun(args []string) int {
 			}
 		}
 	}()
+	rf.keepServices = *keepServices
 	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, *keep, &rf, argv)
 	close(starting)
 	<-watched
@@ -105,10 +107,11 @@ func (a *app) startRun(ctx context.Context, policyPath, wsDir string, keep bool,
 	}
 	run, err := cordon.Start(ctx, cordon.Config{
 		Policy: pol, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep, Publish: rf.publish,
-		Isolation: cordon.Isolation(rf.isolation),
-		Streams:   cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
-		StateDir:  a.store().Dir,
-		OnWarning: a.printWarning,
+		KeepServices: rf.keepServices,
+		Isolation:    cordon.Isolation(rf.isolation),
+		Streams:      cordon.Streams{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr},
+		StateDir:     a.store().Dir,
+		OnWarning:    a.printWarning,
 	})
 	if err != nil {
 		return nil, a.startError(err), false
@@ -143,7 +146,26 @@ func (a *app) waitRun(run *cordon.Run, sigs <-chan os.Signal) int {
 		a.errorf("run: stopped after %s (limits.timeout)", run.Timeout())
 	}
 	a.printEnd(run.ID(), exit)
+	a.keepServices(run, sigs)
 	return code
+}
+
+// keepServices, for --keep-services, says how to reach each service from the host and keeps them
+// until a signal; then they go as they would have with the run. The servers die with cordon, so it
+// waits rather than leave them behind.
+func (a *app) keepServices(run *cordon.Run, sigs <-chan os.Signal) {
+	list := run.Services()
+	if len(list) == 0 {
+		return
+	}
+	for _, s := range list {
+		fmt.Fprintf(a.stderr, "cordon: service %s (%s %s) kept; from the host: %s\n", s.Name, s.Kind, s.Version, s.HostHint)
+	}
+	fmt.Fprintf(a.stderr, "cordon: press Ctrl-C to remove the services and their data\n")
+	<-sigs
+	if err := run.StopServices(); err != nil {
+		a.errorf("run: %v", err)
+	}
 }
 
 // printWarning prints one of the run's warnings as cordon always has: "cordon: warning: ..." for

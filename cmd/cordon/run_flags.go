@@ -35,7 +35,9 @@ type runFlags struct {
 	publish []cordon.Publish
 	// isolation is --isolation's tier ("" when not given).
 	isolation string
-	bad       error // the first bad value
+	// keepServices is --keep-services (a cmdRun flag, carried here to the start).
+	keepServices bool
+	bad          error // the first bad value
 }
 
 // volume is one --volume: a host path, where it appears inside ("" for its own path), and whether

@@ -250,6 +250,9 @@ func (a *app) cmdGC(args []string) int {
 		a.errorf("gc: unexpected argument %q (usage: cordon %s)", fl.Arg(0), gcUsage)
 		return exitUsage
 	}
+	if err := cordon.SweepServices(a.env); err != nil {
+		a.errorf("gc: %v", err)
+	}
 	opts := cordon.GCOptions{Unapplied: *unapplied}
 	if *older != "" {
 		d, err := parseAge(*older)

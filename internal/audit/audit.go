@@ -68,6 +68,9 @@ const (
 	KindSSHAgent Kind = "ssh-agent"
 	// KindAudit is a note of the log about itself (its cap reached, events suppressed or dropped).
 	KindAudit Kind = "audit"
+	// KindService is a step of a fixture service's life (started, a fixture applied, removed), with
+	// no Decision: cordon did it, the sandbox asked for nothing. Name is the service's.
+	KindService Kind = "service"
 )
 
 // Decision is what the boundary decided, written to the log as its string.

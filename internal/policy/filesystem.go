@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,6 +27,29 @@ type Filesystem struct {
 	Deny []string
 	// Secrets controls the scan for secret-shaped files in the workspace before the agent starts.
 	Secrets Secrets
+	// Caches names the host's dependency caches (see KnownCaches) shown read-only with a writable
+	// layer of the run's own on top, so a second build is fast and what the agent downloads or
+	// plants stays in its run. CachesSet says the policy gave the list (an empty one turns caches
+	// off); unset, the caches of the network presets named are shown.
+	Caches    []string
+	CachesSet bool
+}
+
+// KnownCaches returns the cache names filesystem.caches accepts, in a fixed order.
+func KnownCaches() []string {
+	return []string{"go", "npm", "pip", "cargo", "maven"}
+}
+
+// PresetCaches maps a network preset to the cache shown by default when it is named.
+func PresetCaches() map[string]string {
+	return map[string]string{"go": "go", "npm": "npm", "pypi": "pip", "cargo": "cargo", "maven": "maven"}
+}
+
+func checkCache(s string) (string, error) {
+	if known := KnownCaches(); !slices.Contains(known, s) {
+		return "", fmt.Errorf("unknown cache %q (expected one of %s)", s, strings.Join(known, ", "))
+	}
+	return s, nil
 }
 
 // Secrets controls the workspace's secret scan. By default every secret-shaped file found (an .env, a
@@ -50,6 +74,11 @@ func (d *decoder) filesystem(n *yaml.Node, path string) (fs Filesystem, err erro
 		}},
 		field{"deny", func(v *yaml.Node, p string) (err error) {
 			fs.Deny, err = d.strs(v, p, checkGlob)
+			return err
+		}},
+		field{"caches", func(v *yaml.Node, p string) (err error) {
+			fs.Caches, err = d.strs(v, p, checkCache)
+			fs.CachesSet = true
 			return err
 		}},
 		field{"secrets", func(v *yaml.Node, p string) error {

@@ -36,6 +36,8 @@ type Policy struct {
 	Network     *Network
 	Credentials []Credential
 	Budgets     []Budget
+	// Services are the fixture servers started for the run, in the file's order.
+	Services []Service
 	// Source is the file the policy was read from, or BuiltinSource.
 	Source string
 	// SourceSHA256 is the hex SHA-256 of the bytes parsed (empty for the built-in default). A run
@@ -125,6 +127,10 @@ func (d *decoder) policy(root *yaml.Node) (*Policy, error) {
 			p.Budgets, err = d.budgets(v, path)
 			return err
 		}},
+		field{"services", func(v *yaml.Node, path string) (err error) {
+			p.Services, err = d.services(v, path)
+			return err
+		}},
 	)
 	if err != nil {
 		return nil, err
@@ -147,6 +153,9 @@ func (d *decoder) policy(root *yaml.Node) (*Policy, error) {
 			"credentials need a network section that allows their hosts (a credential is only used on requests to them)")
 	}
 	if err := d.checkBudgets(p, seen["budgets"]); err != nil {
+		return nil, err
+	}
+	if err := d.checkServices(p, seen["services"]); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -44,6 +44,7 @@ type docPolicy struct {
 	Network     *docNetwork     `yaml:"network,omitempty"`
 	Credentials []docCredential `yaml:"credentials,omitempty"`
 	Budgets     []docBudget     `yaml:"budgets,omitempty"`
+	Services    *yaml.Node      `yaml:"services,omitempty"`
 }
 
 type docFilesystem struct {
@@ -51,6 +52,7 @@ type docFilesystem struct {
 	ReadWrite []any       `yaml:"readwrite,omitempty"`
 	Deny      []string    `yaml:"deny,omitempty"`
 	Secrets   *docSecrets `yaml:"secrets,omitempty"`
+	Caches    *[]string   `yaml:"caches,omitempty"`
 }
 
 type docMount struct {
@@ -183,6 +185,10 @@ func (p *Policy) doc() docPolicy {
 		},
 		Sandbox: docSandbox{AllowNesting: p.Sandbox.AllowNesting, Hostname: p.Sandbox.Hostname, Workdir: p.Sandbox.Workdir},
 	}
+	if p.Filesystem.CachesSet {
+		c := append([]string{}, p.Filesystem.Caches...)
+		d.Filesystem.Caches = &c
+	}
 	if sec := p.Filesystem.Secrets; sec.NoScan || len(sec.Allow) > 0 {
 		d.Filesystem.Secrets = &docSecrets{Scan: !sec.NoScan, Allow: sec.Allow}
 	}
@@ -262,6 +268,7 @@ func (p *Policy) doc() docPolicy {
 		d.Credentials = append(d.Credentials, dc)
 	}
 	d.Budgets = docBudgets(p.Budgets)
+	d.Services = docServices(p.Services)
 	return d
 }
 

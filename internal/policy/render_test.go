@@ -31,6 +31,8 @@ func TestRenderRoundTrip(t *testing.T) {
 				Targets:   map[string]string{"/home/a/data": "/opt/data", "/srv/cache": "/cache"},
 			},
 		},
+		"caches":    {Version: 1, Sandbox: Sandbox{Hostname: "h"}, Filesystem: Filesystem{Caches: []string{"go", "maven"}, CachesSet: true}},
+		"no caches": {Version: 1, Sandbox: Sandbox{Hostname: "h"}, Filesystem: Filesystem{CachesSet: true}},
 		"odd limits": {
 			Version: 1, Sandbox: Sandbox{AllowNesting: true, Hostname: "h"},
 			Limits: Limits{Memory: 1000, Disk: 3 * MiB, CPU: 2, Timeout: 90 * time.Second},

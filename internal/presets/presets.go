@@ -1,8 +1,11 @@
-// Package presets expands the names in network.presets into the hosts a tool needs. A registry's host
-// is never written here: it is read from the tool's own configuration (npm's registry setting, go's
-// GOPROXY and GOSUMDB, pip's index settings and built-in default, apt's sources), so private mirrors work and nothing
-// stale is baked in. Only the agents' own API hosts and GitHub's, which no tool configuration names,
-// are fixed.
+// Package presets expands the names in network.presets into the hosts a tool needs, and gives the
+// sandbox the same view of the tool's configuration (View): a tool inside that reads a configuration
+// other than the one whose hosts were allowed falls back to a default the policy blocks. A registry's
+// host is never written here: it is read from the tool's own effective configuration (npm's config in
+// the workspace, go env, pip's settings and built-in default, cargo's config.toml, apt's sources), so
+// private mirrors work and nothing stale is baked in. Tokens found there are handed to the run as
+// credentials, never to the sandbox. Only the agents' own API hosts and GitHub's, which no tool
+// configuration names, are fixed. Caches finds the tools' cache directories for filesystem.caches.
 package presets
 
 import (
@@ -21,9 +24,13 @@ import (
 // Source is a policy.PresetSource that asks the host's tools. Env is the environment the tools run
 // with (the caller's, so that their configuration applies); Run runs a tool and returns its standard
 // output (nil uses os/exec).
+//
+// Workspace is the project directory: tools are asked there, so that the project's own configuration
+// (an .npmrc, a go.work, a virtualenv's pip.conf) counts as it does when the tool runs inside.
 type Source struct {
-	Env []string
-	Run func(ctx context.Context, env []string, name string, args ...string) ([]byte, error)
+	Env       []string
+	Workspace string
+	Run       func(ctx context.Context, env []string, dir, name string, args ...string) ([]byte, error)
 }
 
 var _ policy.PresetSource = Source{}
@@ -31,23 +38,16 @@ var _ policy.PresetSource = Source{}
 // Preset implements policy.PresetSource.
 func (s Source) Preset(name string) ([]policy.Endpoint, error) {
 	switch name {
-	case "claude":
-		return endpoints(443, "api.anthropic.com", "statsig.anthropic.com"), nil
 	case "github":
 		eps := endpoints(443, "github.com", "api.github.com", "codeload.github.com", "*.githubusercontent.com")
 		return append(eps, policy.Endpoint{Host: "github.com", Ports: []uint16{22}}), nil
-	case "npm":
-		out, err := s.run("npm", "config", "get", "registry")
+	case "claude", "npm", "go", "pypi", "cargo", "maven":
+		// Read as for a run (View), so that what `cordon policy check` shows is what a run allows.
+		v, err := s.View([]string{name})
 		if err != nil {
-			return nil, fmt.Errorf("preset npm: asking npm for its registry: %w", err)
+			return nil, err
 		}
-		return urlEndpoints("npm", strings.Fields(string(out)))
-	case "go":
-		out, err := s.run("go", "env", "GOPROXY", "GOSUMDB")
-		if err != nil {
-			return nil, fmt.Errorf("preset go: asking go for GOPROXY and GOSUMDB: %w", err)
-		}
-		return goEndpoints(string(out))
+		return v.Preset(name)
 	case "apt":
 		// apt's own reading of its sources (sources.list, sources.list.d, deb822 files, Enabled: no):
 		// the URIs an update would fetch, printed without fetching.
@@ -56,39 +56,28 @@ func (s Source) Preset(name string) ([]policy.Endpoint, error) {
 			return nil, fmt.Errorf("preset apt: asking apt for its sources: %w", err)
 		}
 		return aptEndpoints(string(out))
-	case "pypi":
-		// pip's own settings first (PIP_INDEX_URL, pip.conf), then its built-in default.
-		out, err := s.run("python3", "-c", pipScript)
-		if err != nil {
-			return nil, fmt.Errorf("preset pypi: asking pip for its index: %w", err)
-		}
-		return urlEndpoints("pypi", strings.Fields(string(out)))
 	}
 	return nil, fmt.Errorf("unknown preset %q", name)
 }
 
-// pipScript prints pip's configured index URLs, or its built-in index and file host when none is set.
-const pipScript = `
-from pip._internal.configuration import Configuration
-from pip._internal.models.index import PyPI
-c = Configuration(isolated=False); c.load()
-urls = []
-for k, v in c.items():
-    if k.endswith(("index-url", "extra-index-url")):
-        urls += v.split()
-if not urls:
-    urls = [PyPI.url, "https://" + PyPI.file_storage_domain + "/"]
-print("\n".join(urls))
-`
-
 func (s Source) run(name string, args ...string) ([]byte, error) {
+	return s.runIn(s.Workspace, name, args...)
+}
+
+// runIn runs a tool in dir (empty: the current directory) and returns its standard output.
+func (s Source) runIn(dir, name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if s.Run != nil {
-		return s.Run(ctx, s.Env, name, args...)
+		return s.Run(ctx, s.Env, dir, name, args...)
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = s.Env
+	if name == "npm" {
+		// Asking npm leaves nothing behind: no log file in the caller's ~/.npm, no update check.
+		cmd.Env = append(append([]string{}, s.Env...), "npm_config_logs_max=0", "npm_config_update_notifier=false")
+	}
+	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -15,8 +15,8 @@ import (
 )
 
 // fakeTools answers like the real tools would, configured for a private mirror.
-func fakeTools(out map[string]string) func(context.Context, []string, string, ...string) ([]byte, error) {
-	return func(_ context.Context, _ []string, name string, args ...string) ([]byte, error) {
+func fakeTools(out map[string]string) func(context.Context, []string, string, string, ...string) ([]byte, error) {
+	return func(_ context.Context, _ []string, _, name string, args ...string) ([]byte, error) {
 		if o, ok := out[name]; ok {
 			return []byte(o), nil
 		}
@@ -26,9 +26,9 @@ func fakeTools(out map[string]string) func(context.Context, []string, string, ..
 
 func TestPresetsReadTheToolsConfiguration(t *testing.T) {
 	src := Source{Run: fakeTools(map[string]string{
-		"npm":     "https://npm.mirror.internal:8443/\n",
-		"go":      "https://goproxy.mirror.internal,direct\nsum.mirror.internal+abc123\n",
-		"python3": "https://pypi.mirror.internal/simple\nhttp://files.mirror.internal/\n",
+		"npm":     `{"registry": "https://npm.mirror.internal:8443/"}`,
+		"go":      "https://goproxy.mirror.internal,direct\nsum.mirror.internal+abc123\n\n\n\n\n/nonexistent\n",
+		"python3": "index-url https://pypi.mirror.internal/simple\nextra-index-url http://files.mirror.internal/\n",
 		"apt-get": "'http://deb.mirror.internal/debian/dists/bookworm/InRelease' deb.mirror.internal_debian_dists_bookworm_InRelease 0 \n" +
 			"'http://deb.mirror.internal/debian/dists/bookworm/main/binary-amd64/Packages.xz' x 0 \n" +
 			"'https://apt.vendor.internal:8443/repo/dists/stable/InRelease' y 0 \n" +
@@ -51,7 +51,7 @@ func TestPresetsReadTheToolsConfiguration(t *testing.T) {
 }
 
 func TestPresetErrors(t *testing.T) {
-	src := Source{Run: fakeTools(map[string]string{"npm": "not a url\n", "go": "off\noff\n", "apt-get": "'mirror+http://mirrors.internal/list.txt' x 0\n"})}
+	src := Source{Run: fakeTools(map[string]string{"npm": `{"registry": "not a url"}`, "go": "off\noff\n\n\n\n\n\n", "apt-get": "'mirror+http://mirrors.internal/list.txt' x 0\n"})}
 	for preset, want := range map[string]string{
 		"apt":    "not a registry URL",
 		"npm":    "not a registry URL",
@@ -68,7 +68,16 @@ func TestPresetErrors(t *testing.T) {
 // TestPresetsFromRealTools runs the real tools where they are installed, configured through their own
 // environment variables, so that the parsing meets the real output.
 func TestPresetsFromRealTools(t *testing.T) {
-	src := Source{Env: []string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(),
+	home := t.TempDir()
+	// go's telemetry off: in a fresh home, go starts a child that writes there after go exits, which
+	// races with the removal of the temporary home.
+	if err := os.MkdirAll(filepath.Join(home, ".config", "go", "telemetry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".config", "go", "telemetry", "mode"), []byte("off\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := Source{Env: []string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=" + home,
 		"GOPROXY=https://goproxy.example.test", "GOSUMDB=off", "npm_config_registry=https://npm.example.test/",
 		"PIP_INDEX_URL=https://pypi.example.test/simple", "PIP_CONFIG_FILE=/dev/null"}}
 	// apt reads the sources an APT_CONFIG file points it at: one-line and deb822 forms, one disabled.

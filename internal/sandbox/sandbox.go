@@ -271,6 +271,10 @@ type Mount struct {
 	// also shown under the sandbox user's home when the two differ, as for a root caller.)
 	Target   string
 	Writable bool
+	// Overlay, when set, shows Source read-only under a writable layer of the run's own (a
+	// dependency cache: the command reads what the host has and writes only into Overlay.Upper, never
+	// into Source). Writable does not apply.
+	Overlay *Overlay
 }
 
 // Path is where the mount appears inside the sandbox.

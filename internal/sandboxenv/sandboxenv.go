@@ -6,6 +6,7 @@ package sandboxenv
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -13,8 +14,10 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
-// DefaultPath is the sandbox's PATH unless the policy sets another: system directories only, never the
-// caller's PATH, which may point into writable or secret places.
+// DefaultPath is the sandbox's PATH when nothing else is known: system directories only. With
+// Options.Shown the caller's PATH is kept instead, but only its directories the sandbox shows (a PATH
+// entry into a hidden place finds nothing inside and would only mislead), and DefaultPath's
+// directories follow it.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Identity is who the command runs as inside the sandbox, and whether it has a terminal.
@@ -29,7 +32,47 @@ type Identity struct {
 // same name. caller is in os.Environ form. It also returns one warning for each secret-shaped name that
 // env.pass or env.set puts into the sandbox.
 func Build(caller []string, p policy.Env, id Identity) (env []string, warnings []string) {
-	return build(caller, p, id, exists)
+	return build(caller, p, id, Options{}, exists)
+}
+
+// Options are what the run adds to the environment besides the policy.
+type Options struct {
+	// Presets are NAME=VALUE entries the network presets set (a tool's registry settings): after the
+	// base, before env.pass and env.set, which override them.
+	Presets []string
+	// Shown reports whether a host directory appears inside at the same path. When set, PATH is the
+	// caller's PATH with only the shown directories kept, then PathDirs, then DefaultPath's, each once.
+	Shown func(dir string) bool
+	// PathDirs are toolchain directories the PATH must have (a preset's), after the caller's.
+	PathDirs []string
+}
+
+// BuildWith is Build with the run's additions (see Options).
+func BuildWith(caller []string, p policy.Env, id Identity, o Options) (env []string, warnings []string) {
+	return build(caller, p, id, o, exists)
+}
+
+// searchPath is the caller's PATH kept to what the sandbox shows, then dirs, then DefaultPath.
+func searchPath(callerPath string, shown func(string) bool, dirs []string) string {
+	var keep []string
+	add := func(d string) {
+		if filepath.IsAbs(d) && !slices.Contains(keep, filepath.Clean(d)) {
+			keep = append(keep, filepath.Clean(d))
+		}
+	}
+	for _, d := range filepath.SplitList(callerPath) {
+		// Relative entries ("", ".") would search wherever the command happens to be: never kept.
+		if filepath.IsAbs(d) && shown(filepath.Clean(d)) {
+			add(d)
+		}
+	}
+	for _, d := range dirs {
+		add(d)
+	}
+	for _, d := range filepath.SplitList(DefaultPath) {
+		add(d)
+	}
+	return strings.Join(keep, ":")
 }
 
 func exists(path string) bool {
@@ -37,11 +80,15 @@ func exists(path string) bool {
 	return err == nil
 }
 
-func build(caller []string, p policy.Env, id Identity, exists func(string) bool) (env []string, warnings []string) {
+func build(caller []string, p policy.Env, id Identity, o Options, exists func(string) bool) (env []string, warnings []string) {
 	from := parse(caller)
 	e := &ordered{index: map[string]int{}}
 
-	e.set("PATH", DefaultPath)
+	path := DefaultPath
+	if o.Shown != nil {
+		path = searchPath(from["PATH"], o.Shown, o.PathDirs)
+	}
+	e.set("PATH", path)
 	e.set("HOME", id.Home)
 	e.set("USER", id.User)
 	e.set("LOGNAME", id.User)
@@ -60,6 +107,11 @@ func build(caller []string, p policy.Env, id Identity, exists func(string) bool)
 		lang = l
 	}
 	e.set("LANG", lang)
+	for _, kv := range o.Presets {
+		if name, v, ok := strings.Cut(kv, "="); ok {
+			e.set(name, v)
+		}
+	}
 
 	for _, name := range p.Pass {
 		v, ok := from[name]

@@ -2,6 +2,7 @@ package sandboxenv
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ var caller = []string{
 var id = Identity{User: "agent", Home: "/home/agent"}
 
 func TestBuildBase(t *testing.T) {
-	env, warnings := build(caller, policy.Env{}, id, func(string) bool { return true })
+	env, warnings := build(caller, policy.Env{}, id, Options{}, func(string) bool { return true })
 	want := []string{
 		"PATH=" + DefaultPath,
 		"HOME=/home/agent",
@@ -43,7 +44,7 @@ func TestBuildBase(t *testing.T) {
 	if !reflect.DeepEqual(env, want) || warnings != nil {
 		t.Errorf("Build(empty policy) = %q, %q; want %q, none", env, warnings, want)
 	}
-	env, _ = build(nil, policy.Env{}, Identity{TTY: true}, func(string) bool { return false })
+	env, _ = build(nil, policy.Env{}, Identity{TTY: true}, Options{}, func(string) bool { return false })
 	for _, kv := range []string{"SHELL=/bin/sh", "TERM=dumb", "LANG=C.UTF-8"} {
 		if !contains(env, kv) {
 			t.Errorf("Build with no caller env = %q, want %s", env, kv)
@@ -198,4 +199,21 @@ func lookup(env []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestSearchPathKeepsShownDirs: the caller's PATH is kept in its order, without what the sandbox does
+// not show and without relative entries, then the presets' toolchain directories, then DefaultPath's.
+func TestSearchPathKeepsShownDirs(t *testing.T) {
+	shown := func(d string) bool { return !strings.HasPrefix(d, "/home/u/secret") }
+	caller := []string{"PATH=/usr/local/go/bin:.::/home/u/secret/bin:/home/u/.cargo/bin:/usr/bin:/usr/local/go/bin/"}
+	env, _ := build(caller, policy.Env{}, Identity{}, Options{Shown: shown, PathDirs: []string{"/opt/tool/bin", "/usr/bin"}}, func(string) bool { return true })
+	want := "PATH=/usr/local/go/bin:/home/u/.cargo/bin:/usr/bin:/opt/tool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin:/bin"
+	if env[0] != want {
+		t.Errorf("got %s\nwant %s", env[0], want)
+	}
+	// The presets' variables come before the policy's, which win.
+	env, _ = build(nil, policy.Env{Set: map[string]string{"GOPROXY": "policy"}}, Identity{}, Options{Presets: []string{"GOPROXY=preset", "GOSUMDB=preset"}}, func(string) bool { return true })
+	if !slices.Contains(env, "GOPROXY=policy") || !slices.Contains(env, "GOSUMDB=preset") {
+		t.Errorf("env %q: want the policy's GOPROXY and the preset's GOSUMDB", env)
+	}
 }

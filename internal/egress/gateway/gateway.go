@@ -87,6 +87,8 @@ type Config struct {
 	// Budgets bound and meter the requests to the hosts they name (policy budgets), which must be
 	// intercepted; nil meters nothing.
 	Budgets *budget.Ledger
+	// Services are the run's fixture servers (policy services), reached at their unix sockets.
+	Services []Service
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -115,10 +117,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Network == nil {
 		return nil, errors.New("gateway: no network policy")
 	}
-	matcher, err := cfg.Network.Matcher(cfg.Presets)
+	netMatcher, err := cfg.Network.Matcher(cfg.Presets)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: network policy: %w", err)
 	}
+	matcher := newWithServices(netMatcher, cfg.Services)
 	mapper, err := names.New()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -173,6 +176,7 @@ func New(cfg Config) (*Gateway, error) {
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: origdst.Of, Notify: notices.refusedConn, Unreachable: upstream.unreachable,
+		Services: matcher.socket,
 	}
 	if tls := cfg.Network.TLS; len(cfg.Network.HTTP) > 0 || len(cfg.Network.Git) > 0 || len(cfg.InjectHosts) > 0 || len(tls.Inspect) > 0 || tls.InspectAll {
 		if err = g.prepareInterception(cfg, notices, upstream); err == nil {
@@ -372,7 +376,7 @@ func (g *Gateway) Env() []string {
 }
 
 // Record writes an event of another of the run's boundaries into the gateway's audit log (the
-// sandbox's ssh-agent): one log per run.
+// sandbox's ssh-agent, a fixture service started or removed): one log per run.
 func (g *Gateway) Record(ev audit.Event) { g.log.Record(ev) }
 
 // Close stops serving, closes every socket and the audit log, and returns the run's summary.

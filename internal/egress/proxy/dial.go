@@ -98,6 +98,18 @@ func (s *session) dialAddrs(ctx context.Context, name string, port uint16, d egr
 	g := s.g
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel()
+	if g.cfg.Services != nil {
+		if sock, ok := g.cfg.Services(name, port); ok {
+			// A fixture service: its server listens on a unix socket only cordon can reach.
+			s.detail("service", sock)
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", sock)
+			if err != nil {
+				return nil, fmt.Errorf("proxy: dialing the service %s:%d: %w", name, port, err)
+			}
+			return c, nil
+		}
+	}
 	var addrs []netip.Addr
 	if d.Upstream.IsValid() {
 		addrs = []netip.Addr{d.Upstream.Unmap()}

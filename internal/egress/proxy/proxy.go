@@ -87,6 +87,9 @@ type Config struct {
 	LocalAddrs func() ([]netip.Addr, error)
 	// Intercept, if set, takes the connections to the hosts it wants, once they are judged and allowed.
 	Intercept Interceptor
+	// Services, if set, names the run's fixture services: a name and port it knows is dialled at
+	// the unix socket it returns (a server cordon started outside the sandbox), never resolved.
+	Services func(name string, port uint16) (socket string, ok bool)
 	// KernelRelay, if set, relays the connections the gateway passes through unread (TLS it does not
 	// inspect, other TCP) in the kernel once their first bytes are judged, instead of copying them
 	// through user space. Plain HTTP is always forwarded request by request in user space. The

@@ -95,6 +95,24 @@ func (p *bufferPool) buffersInUse() int {
 // errNotRaw is returned by copyRaw when a connection has no descriptor to read or write directly.
 var errNotRaw = errors.New("not a raw socket")
 
+// rawConn is a socket the relay reads and writes through its descriptor.
+type rawConn interface {
+	net.Conn
+	syscall.Conn
+}
+
+// rawSocket is a TCP or unix socket (a fixture service's) that the relay may read and write
+// around net.Conn; any wrapping type is not.
+func rawSocket(c any) (rawConn, bool) {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c, true
+	case *net.UnixConn:
+		return c, true
+	}
+	return nil, false
+}
+
 // relay copies from src to dst until src's end of stream, as io.Copy does, with a pooled buffer
 // held only while bytes are in flight (see bufferPool). It returns the bytes written to dst.
 func (p *bufferPool) relay(dst io.Writer, src net.Conn) (int64, error) {
@@ -124,8 +142,8 @@ func (p *bufferPool) relayN(dst io.Writer, src net.Conn, n int64) (int64, error)
 func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written int64, err error) {
 	// Only plain TCP sockets: a connection type that wraps its socket (TLS, a buffered reader) must
 	// not be read or written around.
-	sc, ok1 := src.(*net.TCPConn)
-	dc, ok2 := dst.(*net.TCPConn)
+	sc, ok1 := rawSocket(src)
+	dc, ok2 := rawSocket(dst)
 	if !ok1 || !ok2 {
 		return 0, errNotRaw
 	}

@@ -131,7 +131,9 @@ func binds(rs *linux.RuntimeSpec) []ociMount {
 	}
 	var bs []bind
 	for _, m := range spec.Mounts {
-		bs = append(bs, bind{m.Path(), m.Writable})
+		// A cache is an overlay init built with a layer of the run's own: writable, while its
+		// lower layer, the host's cache, is never written.
+		bs = append(bs, bind{m.Path(), m.Writable || m.Overlay != nil})
 	}
 	sort.SliceStable(bs, func(i, j int) bool {
 		return strings.Count(bs[i].path, "/") < strings.Count(bs[j].path, "/")

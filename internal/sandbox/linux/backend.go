@@ -283,6 +283,14 @@ func validate(spec *sandbox.Spec) error {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Path()) {
 			return fmt.Errorf("mount %q at %q: not an absolute path", m.Source, m.Path())
 		}
+		if o := m.Overlay; o != nil {
+			if !filepath.IsAbs(o.Upper) || !filepath.IsAbs(o.Work) || filepath.Dir(o.Upper) != filepath.Dir(o.Work) {
+				return fmt.Errorf("mount %q: its overlay's upper %q and work %q must be absolute and in one directory", m.Source, o.Upper, o.Work)
+			}
+			if m.Writable {
+				return fmt.Errorf("mount %q: an overlay mount is not also writable", m.Source)
+			}
+		}
 	}
 	return nil
 }

@@ -409,7 +409,7 @@ const maxHostSources = 250
 //
 // userns is the id-mapping user namespace (idmapUserns); the caller closes it.
 func openHostSources(userns *os.File, spec *sandbox.Spec, ids hostIDs, w warn.Func) (files []*os.File, err error) {
-	if n := 2 + len(spec.Mounts); n > maxHostSources {
+	if n := 2 + len(spec.Mounts) + cacheCount(spec); n > maxHostSources {
 		return nil, fmt.Errorf("%d policy paths: at most %d can be shown when cordon runs as root", len(spec.Mounts), maxHostSources-2)
 	}
 	defer func() {
@@ -460,7 +460,27 @@ func openHostSources(userns *os.File, spec *sandbox.Spec, ids hostIDs, w warn.Fu
 		if err != nil {
 			return files, err
 		}
-		f, err := policyMount(dir, m, userns, w)
+		var f *os.File
+		if m.Overlay != nil {
+			// A cache: its lower layer idmapped and read-only (the host's files read as the agent's
+			// and copy up as its own), then its layers' directory in the run's, idmapped too.
+			f, err = detachedMount(dir, userns, true)
+			dir.Close()
+			if err != nil {
+				return files, fmt.Errorf("cache %s: %w (filesystem.caches: [] shows no caches)", m.Source, err)
+			}
+			files = append(files, f)
+			layers := filepath.Dir(m.Overlay.Upper)
+			if real, err := filepath.EvalSymlinks(layers); err == nil {
+				layers = real
+			}
+			if f, err = detachedMountAt(layers, userns, false); err != nil {
+				return files, err
+			}
+			files = append(files, f)
+			continue
+		}
+		f, err = policyMount(dir, m, userns, w)
 		dir.Close()
 		if err != nil {
 			return files, err
@@ -515,9 +535,21 @@ func mayWrite(f *os.File, ids hostIDs) bool {
 
 // hostSources are the descriptors openHostSources made, as init receives them.
 type hostSources struct {
-	workspace *os.File   // the workspace's source or overlay lower layer
-	layers    *os.File   // the directory holding upper and work, with an overlay
-	mounts    []*os.File // one per spec.Mounts, in order
+	workspace   *os.File   // the workspace's source or overlay lower layer
+	layers      *os.File   // the directory holding upper and work, with an overlay
+	mounts      []*os.File // one per spec.Mounts, in order (a cache's lower layer)
+	cacheLayers []*os.File // one per spec.Mounts: a cache's layers directory, else nil
+}
+
+// cacheCount is how many of the spec's mounts are caches (two descriptors each).
+func cacheCount(spec *sandbox.Spec) int {
+	n := 0
+	for _, m := range spec.Mounts {
+		if m.Overlay != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // close closes every descriptor; a nil set has none.
@@ -525,12 +557,12 @@ func (s *hostSources) close() {
 	if s == nil {
 		return
 	}
-	closeAll(append([]*os.File{s.workspace, s.layers}, s.mounts...))
+	closeAll(append(append([]*os.File{s.workspace, s.layers}, s.mounts...), s.cacheLayers...))
 }
 
 // receiveHostSources reads the message with openHostSources' descriptors from the status channel.
 func receiveHostSources(sock int, spec *sandbox.Spec) (*hostSources, error) {
-	want := 1 + len(spec.Mounts)
+	want := 1 + len(spec.Mounts) + cacheCount(spec)
 	if spec.Workspace.Overlay != nil {
 		want++
 	}
@@ -542,9 +574,18 @@ func receiveHostSources(sock int, spec *sandbox.Spec) (*hostSources, error) {
 		closeAll(files)
 		return nil, fmt.Errorf("expected %d host paths, received a %s message with %d", want, m.kind(), len(files))
 	}
-	s := &hostSources{workspace: files[0], mounts: files[1:]}
+	s := &hostSources{workspace: files[0]}
+	rest := files[1:]
 	if spec.Workspace.Overlay != nil {
-		s.layers, s.mounts = files[1], files[2:]
+		s.layers, rest = files[1], files[2:]
+	}
+	s.mounts = make([]*os.File, len(spec.Mounts))
+	s.cacheLayers = make([]*os.File, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		s.mounts[i], rest = rest[0], rest[1:]
+		if m.Overlay != nil {
+			s.cacheLayers[i], rest = rest[0], rest[1:]
+		}
 	}
 	return s, nil
 }

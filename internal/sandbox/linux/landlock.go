@@ -56,7 +56,8 @@ func restrictLandlock(spec *sandbox.Spec, home string, abi int) (string, error) 
 			return "", fmt.Errorf("%s: %w", p, err)
 		}
 		switch {
-		case fi.IsDir() && m.Writable:
+		case fi.IsDir() && (m.Writable || m.Overlay != nil):
+			// A cache's writes land in its layer of the run's own.
 			rules = append(rules, landlock.RWDirs(p).WithRefer())
 		case fi.IsDir():
 			rules = append(rules, landlock.RODirs(p))

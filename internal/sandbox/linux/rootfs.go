@@ -351,6 +351,9 @@ func mountTree(spec *sandbox.Spec, home string, srcs *hostSources, creator *sand
 	}})
 	for i, m := range spec.Mounts {
 		mounts = append(mounts, treeMount{target: m.Path(), mount: func(dst string) error {
+			if m.Overlay != nil {
+				return mountCache(m, i, srcs, dst, creator)
+			}
 			if srcs != nil {
 				return attachMount(srcs.mounts[i], dst, m.Writable)
 			}
@@ -379,6 +382,42 @@ const (
 	scratchLower  = "/ws-lower"
 	scratchLayers = "/ws-layers"
 )
+
+// mountCache mounts spec.Mounts[i], a host tree with a writable layer of the run's own: the overlay's
+// lower layer is the host's tree and never written. As root its layers come from the descriptors
+// cordon opened (idmapped, like the workspace's), attached in the scratch root under names of their
+// own.
+func mountCache(m sandbox.Mount, i int, srcs *hostSources, dst string, creator *sandbox.User) error {
+	lower, upper, work := host(m.Source), host(m.Overlay.Upper), host(m.Overlay.Work)
+	if srcs != nil {
+		l, layers := fmt.Sprintf("%s-%d", scratchLower, i+1), fmt.Sprintf("%s-%d", scratchLayers, i+1)
+		if err := attachScratch(srcs.mounts[i], l); err != nil {
+			return err
+		}
+		if err := attachScratch(srcs.cacheLayers[i], layers); err != nil {
+			return err
+		}
+		lower, upper, work = l, filepath.Join(layers, filepath.Base(m.Overlay.Upper)), filepath.Join(layers, filepath.Base(m.Overlay.Work))
+	}
+	if err := mountOverlay(lower, upper, work, dst, creator); err != nil {
+		return fmt.Errorf("cache overlay over %s: %w (filesystem.caches: [] shows no caches)", m.Source, err)
+	}
+	return nil
+}
+
+// attachScratch attaches a detached mount at dst, a new directory of the scratch root.
+func attachScratch(f *os.File, dst string) error {
+	if f == nil {
+		return fmt.Errorf("no descriptor for %s", dst)
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return err
+	}
+	if err := unix.MoveMount(int(f.Fd()), "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attaching %s: %w", f.Name(), err)
+	}
+	return nil
+}
 
 // attachLayers attaches the overlay's idmapped lower layer and the directory of its upper and work
 // directories in the scratch root and returns the three paths.

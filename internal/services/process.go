@@ -1,0 +1,217 @@
+package services
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+)
+
+// process is a running server.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when it has exited
+	err     error         // its exit, once done
+	log     string        // its log file
+	stopSig syscall.Signal
+	pidFile string
+}
+
+// spawn starts a server as ids in namespaces of its own (see sysProcAttr), its output appended to
+// logPath, and records its pid beside it for Sweep.
+func spawn(ids IDs, logPath string, stopSig syscall.Signal, env []string, argv ...string) (*process, error) {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	if cmd.SysProcAttr, err = sysProcAttr(ids, true); err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(argv[0]), err)
+	}
+	p := &process{name: filepath.Base(argv[0]), cmd: cmd, done: make(chan struct{}), log: logPath, stopSig: stopSig,
+		pidFile: strings.TrimSuffix(logPath, ".log") + ".pid"}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if start, err := runstate.ProcessStart(cmd.Process.Pid); err == nil {
+		// Best effort: Sweep kills by this only what Pdeathsig did not.
+		_ = os.WriteFile(p.pidFile, fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start), 0o600)
+	}
+	return p, nil
+}
+
+// exited returns an error saying the server ended, with the end of its log, if it has.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, logTail(p.log))
+	default:
+		return nil
+	}
+}
+
+// stop asks the server to end with its stop signal, kills it after a moment, and waits.
+func (p *process) stop() error {
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(p.stopSig)
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return fmt.Errorf("%s did not stop within 5s and was killed", p.name)
+}
+
+// waitReady polls ready until it says so, the server exits, or ctx (bounded to a minute) ends.
+func (p *process) waitReady(ctx context.Context, ready func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !ready() {
+		if err := p.exited(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w; its log: %s", p.name, ctx.Err(), logTail(p.log))
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// runClient runs a client program (psql, pg_restore) as ids in the servers' kind of namespaces, with
+// stdin from in, and returns its standard error when it fails.
+func runClient(ctx context.Context, ids IDs, env []string, in io.Reader, argv ...string) error {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdin = in
+	cmd.Dir = "/"
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	var err error
+	if cmd.SysProcAttr, err = sysProcAttr(ids, false); err != nil {
+		return err
+	}
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return &clientError{msg: msg}
+	}
+	return nil
+}
+
+// clientError is what a client program printed when it failed.
+type clientError struct{ msg string }
+
+func (e *clientError) Error() string { return e.msg }
+
+// logTail is the last lines of a log, for an error message.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// killRecorded kills the servers a run's directory records, where they still run.
+func killRecorded(dir string) {
+	pids, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
+	for _, f := range pids {
+		if pid, start, ok := readPidFile(f); ok && runstate.Alive(pid, start) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// copyTree copies a template directory, keeping owners and modes, sharing blocks where the file
+// system can (reflink).
+func copyTree(ctx context.Context, src, dst string) error {
+	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying %s: %v: %s", src, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// chownTree gives the servers' id a directory tree cordon made (as root); a no-op otherwise.
+func chownTree(ids IDs, dir string) error {
+	if !ids.Switch {
+		return nil
+	}
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, ids.UID, ids.GID)
+	})
+}
+
+// privateDir makes a 0700 directory that belongs to the servers' id.
+func privateDir(ids IDs, dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if ids.Switch {
+		return os.Chown(dir, ids.UID, ids.GID)
+	}
+	return nil
+}
+
+// writePrivate writes a 0600 file that belongs to the servers' id.
+func writePrivate(ids IDs, path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return err
+	}
+	if ids.Switch {
+		return os.Chown(path, ids.UID, ids.GID)
+	}
+	return nil
+}
+
+// maxSocketPath is the longest path a unix socket can be bound at (sun_path less its NUL).
+const maxSocketPath = 107
+
+func checkSocketPath(p string) error {
+	if len(p) > maxSocketPath {
+		return fmt.Errorf("the socket path %s is %d bytes, longer than a unix socket allows (%d); use a shorter state directory", p, len(p), maxSocketPath)
+	}
+	return nil
+}
