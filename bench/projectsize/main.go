@@ -11,16 +11,16 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/procstat"
 )
 
 func main() {
@@ -155,9 +155,9 @@ func main() {
 		}
 		var cordonHWM, initHWM int
 		for deadline := time.Now().Add(900 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			cordonHWM = max(cordonHWM, hwm(cmd.Process.Pid))
-			for _, child := range children(cmd.Process.Pid) {
-				initHWM = max(initHWM, hwm(child))
+			cordonHWM = max(cordonHWM, procstat.PeakRSS(cmd.Process.Pid))
+			for _, child := range procstat.Children(cmd.Process.Pid) {
+				initHWM = max(initHWM, procstat.PeakRSS(child))
 			}
 		}
 		cmd.Wait()
@@ -190,41 +190,6 @@ func makeTree(root string, count, size int) error {
 // q returns the p-quantile of sorted durations.
 func q(s []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-// hwm returns a process's peak resident set size in KiB.
-func hwm(pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return kb
-		}
-	}
-	return 0
-}
-
-// children lists pid's child processes, whichever of its threads forked them (Go forks from any).
-func children(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }
 
 func fail(err error) {

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/procstat"
 )
 
 func main() {
@@ -159,7 +160,7 @@ func peakRSS(bin string, env []string, project string, args []string, below stri
 	var cordonHWM, belowHWM int
 	deadline := time.Now().Add(900 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		cordonHWM = max(cordonHWM, hwm(cmd.Process.Pid))
+		cordonHWM = max(cordonHWM, procstat.PeakRSS(cmd.Process.Pid))
 		sum := 0
 		for _, p := range tree(cmd.Process.Pid) {
 			sum += rss(p)
@@ -175,7 +176,7 @@ func peakRSS(bin string, env []string, project string, args []string, below stri
 // tree lists every process below pid.
 func tree(pid int) []int {
 	var out []int
-	for _, c := range children(pid) {
+	for _, c := range procstat.Children(pid) {
 		out = append(out, c)
 		out = append(out, tree(c)...)
 	}
@@ -200,41 +201,6 @@ func rss(pid int) int {
 // q returns the p-quantile of sorted durations.
 func q(s []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-// hwm returns a process's peak resident set size in KiB.
-func hwm(pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return kb
-		}
-	}
-	return 0
-}
-
-// children lists pid's child processes, whichever of its threads forked them (Go forks from any).
-func children(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }
 
 func fail(err error) {

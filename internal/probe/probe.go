@@ -182,6 +182,10 @@ type Limits struct {
 	Pids        int64   `json:"pids,omitempty"`
 	CPU         float64 `json:"cpu,omitempty"`
 	OpenFiles   uint64  `json:"open_files,omitempty"`
+	// MemoryWholeBox says that MemoryBytes bounds the whole box from the host, a user-space kernel
+	// (gVisor's) included, which keeps no limit of its own: an allocation past it may end the box,
+	// probes and all, rather than the process that allocated, so res.memory does not try it.
+	MemoryWholeBox bool `json:"memory_whole_box,omitempty"`
 }
 
 // Sum is the hex sha256 canaries are recognised by.

@@ -83,7 +83,12 @@ func Run(ctx context.Context, opts Options) (probe.Scorecard, error) {
 		return probe.Scorecard{}, err
 	}
 	defer set.Close()
-	coordsJSON, err := json.Marshal(coordinates(set, pol, allowed))
+	// The tier the run will be (Start refuses a caller's weaker one than the policy's).
+	isolation := opts.Isolation
+	if isolation == "" {
+		isolation = cordon.Isolation(pol.Sandbox.Isolation)
+	}
+	coordsJSON, err := json.Marshal(coordinates(set, pol, allowed, isolation))
 	if err != nil {
 		return probe.Scorecard{}, err
 	}
@@ -177,12 +182,14 @@ func makeProject(dir string) error {
 }
 
 // coordinates tells the probes where the canaries are and what the policy promises: the allowed
-// endpoints, the limits, and the credentials' placeholders and where they are injected.
-func coordinates(set *canary.Set, pol *policy.Policy, allowed []probe.Endpoint) probe.Canaries {
+// endpoints, the limits (and, for the tier, how the memory limit is held), and the credentials'
+// placeholders and where they are injected.
+func coordinates(set *canary.Set, pol *policy.Policy, allowed []probe.Endpoint, isolation cordon.Isolation) probe.Canaries {
 	c := set.Coordinates()
 	c.Allowed = allowed
 	c.AllowNesting = pol.Sandbox.AllowNesting
-	c.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles}
+	c.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles,
+		MemoryWholeBox: isolation == cordon.IsolationGVisor}
 	for _, cr := range pol.Credentials {
 		c.Placeholders = append(c.Placeholders, probe.Named{Name: cr.Name})
 		if in := injectedCoords(cr, allowed); len(in.Hosts) > 0 {

@@ -251,6 +251,12 @@ func (l *launched) limits(spec *sandbox.Spec, cfg *initConfig) error {
 		case u == cgroup.Pids && lim.Pids > 0:
 			cfg.SetRlimitNproc = true
 			l.ls.Warn.Printf("limits.pids: no usable cgroup (%s); falling back to RLIMIT_NPROC", why(u))
+		case u == cgroup.Memory && lim.MemoryBytes > 0 && l.b.Runtime != nil:
+			// gVisor's kernel does not enforce RLIMIT_DATA: there is no fallback to warn about.
+			if g != nil {
+				g.Destroy()
+			}
+			return &sandbox.SetupError{Step: "limiting memory", Err: fmt.Errorf("limits.memory: no usable memory cgroup (%s), and the %s tier has no other way to hold the limit; run where cgroups are available, or remove limits.memory", why(u), "gVisor")}
 		case u == cgroup.Memory && lim.MemoryBytes > 0:
 			cfg.RlimitData = uint64(lim.MemoryBytes)
 			l.ls.Warn.Printf("limits.memory: no usable cgroup (%s); falling back to RLIMIT_DATA, per process", why(u))
