@@ -239,7 +239,7 @@ func kernelAllows(name string) bool {
 
 // TestPrivilegesDropped reads the command's own credentials from the kernel.
 func TestPrivilegesDropped(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		r := h.sandboxed("", "grep -E '^(Uid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
 		if r.code != 0 {
 			t.Fatalf("%s", r)
@@ -657,7 +657,7 @@ func TestSignalsForwarded(t *testing.T) {
 // leaves out (it is generated, and sealed before the policy's paths are bound: they used to fail to
 // mount), and only those paths appear.
 func TestPolicyMountsUnderEtc(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		// What the sandbox's own /etc holds; pick host entries it leaves out.
 		r := h.sandboxed("", "ls -1A /etc")
 		inside := strings.Fields(r.stdout)

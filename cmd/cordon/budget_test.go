@@ -199,7 +199,7 @@ const pricesYAML = `{input: 3.00, output: 15.00, cacheRead: 0.30, cacheWrite: 3.
 // nothing of the prompt or the answer text reaches the audit log.
 func TestBudgetCounts(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		pol := f.policy(fmt.Sprintf(`budgets:
   - {host: anthropic.test, api: anthropic, maxRequests: 100, maxCost: {usd: 50, prices: %[1]s}}
@@ -262,7 +262,7 @@ func TestBudgetCounts(t *testing.T) {
 // never as zero tokens.
 func TestBudgetUsageUnknown(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		f.anthropic.SetAnswer(fakeapi.Answer{Text: "no usage here", NoUsage: true})
 		pol := f.policy("budgets:\n  - {host: anthropic.test, maxRequests: 2}\n")
@@ -282,7 +282,7 @@ func TestBudgetUsageUnknown(t *testing.T) {
 // type naming the budget, cordon prints one line, and the audit log has the refusal.
 func TestBudgetRefusal(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		pol := f.policy("budgets:\n  - {host: anthropic.test, maxRequests: 2}\n  - {host: openai.test, api: openai, maxRequests: 1}\n")
 		r := f.run(h, pol, f.call("anthropic.test", "anthropic", "stream", 3)+f.call("openai.test", "chat", "json", 2))
@@ -325,7 +325,7 @@ func TestBudgetRefusal(t *testing.T) {
 // cordon mid-run: what was spent before the kill still counts.
 func TestBudgetDay(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		runWith := func(pol, script string) result {
 			return h.cordon(f.env(h), "", "run", "--policy", pol, "--", "sh", "-c", script)
@@ -347,8 +347,8 @@ func TestBudgetDay(t *testing.T) {
 
 		// kill -9: a run answers one request, then cordon is killed while the agent waits.
 		killed := h.policy(f.policy(budget))
-		cmd := h.command(f.env(h), cordonBin, "run", "--policy", killed, "--", "sh", "-c",
-			f.call("anthropic.test", "anthropic", "stream", 1)+"echo READY; sleep 60")
+		cmd := h.command(f.env(h), cordonBin, h.tierArgs([]string{"run", "--policy", killed, "--", "sh", "-c",
+			f.call("anthropic.test", "anthropic", "stream", 1) + "echo READY; sleep 60"})...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -392,7 +392,7 @@ func TestBudgetDay(t *testing.T) {
 // stopped by a maxRequests budget, shows cordon's reason in its own error output.
 func TestBudgetClaudeCode(t *testing.T) {
 	requireTool(t, "claude")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		pol := strings.Replace(f.policy("budgets:\n  - {host: anthropic.test, maxRequests: 1}\n"), "name: API_KEY", "name: ANTHROPIC_API_KEY", 1)
 		script := fmt.Sprintf(`export ANTHROPIC_BASE_URL=https://anthropic.test:%d DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1
@@ -414,7 +414,7 @@ claude -p hi 2>&1; claude -p again 2>&1; true`, f.port)
 // next request; with hard: true it cuts the answer in flight.
 func TestBudgetHard(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		for _, tt := range []struct {
 			hard  string
@@ -440,7 +440,7 @@ func TestBudgetHard(t *testing.T) {
 // runs each run's cost, and cordon budget today's per:day totals and what is left.
 func TestBudgetDisplay(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		f := newFakeAPIs(t, h)
 		pol := h.policy(f.policy(fmt.Sprintf(`budgets:
   - {host: anthropic.test, per: day, maxRequests: 5, maxCost: {usd: 1, prices: %[1]s}}

@@ -19,7 +19,7 @@ import (
 )
 
 func TestExitCodesAndStreams(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		pol := h.policy("")
 		h.writeFile(filepath.Join(h.ws, "tools", "hello.sh"), "#!/bin/sh\necho hello from $0\n", 0o755)
 		h.chownAll(h.ws)

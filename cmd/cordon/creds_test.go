@@ -193,7 +193,7 @@ true`, up.port, node)
 // 421, each beside the allowed control.
 func TestHTTPRulesAndFronting(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		up := newTLSUpstream(t, h, "x-none", "rules.test", "other.test")
 		pol := fmt.Sprintf(`network:
   allow:
@@ -237,7 +237,7 @@ func TestHTTPRulesAndFronting(t *testing.T) {
 // TestSecretsMasked: a secret-shaped file in the project is masked inside with one line saying so, and
 // readable when the policy allows it (the control).
 func TestSecretsMasked(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		token := "ghp_" + strings.Repeat("A1b2C3d4", 4) + "Zz9Y"
 		h.writeFile(filepath.Join(h.ws, ".env"), "GITHUB_TOKEN="+token+"\nDATABASE_URL=postgres://app:hunter2@db.prod.example.com/app\n", 0o644)
 		h.writeFile(filepath.Join(h.ws, "main.go"), "package main\n", 0o644)
@@ -278,7 +278,7 @@ func TestSecretsMasked(t *testing.T) {
 // first run: the same .env, clean, is readable, and the cache it leaves trusts the tree (a record of
 // the root and a stamp of .env), so the second run catches the secrets through the stamps.
 func TestSecretsMaskedOnWarmStart(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		token := "ghp_" + strings.Repeat("Q7w8E9r0", 4) + "Tt5U"
 		env, deep := filepath.Join(h.ws, ".env"), filepath.Join(h.ws, "src", "a", "b", "c", "d", "e")
 		h.writeFile(env, "DEBUG=1\n", 0o644)
@@ -356,7 +356,7 @@ func TestGitHubAppScopedPush(t *testing.T) {
 		t.Skipf("git --exec-path: %v", err)
 	}
 	_, key := fakegithub.GenerateKey(t)
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		app := fakegithub.NewApp(t, fakegithub.Options{Repositories: []string{"app", "other"}, Key: key})
 		root, git := acmeRepos(t, string(backend))
 		var mu sync.Mutex
@@ -458,7 +458,7 @@ func TestGitHubAppRevokedOnInterrupt(t *testing.T) {
 	_, key := fakegithub.GenerateKey(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
-			forEachIdentity(t, func(t *testing.T, h *harness) {
+			forEachTier(t, func(t *testing.T, h *harness) {
 				app := fakegithub.NewApp(t, fakegithub.Options{Key: key})
 				keyFile := filepath.Join(h.base, "app.pem")
 				h.writeFile(keyFile, string(app.PrivateKeyPEM), 0o600)
@@ -471,7 +471,7 @@ credentials:
                   repositories: [acme/app], permissions: {contents: read}}
     inject: {host: github.test, scheme: bearer}
 `, app.ID, keyFile, app.InstallationID, app.URL()))
-				cmd := h.command(nil, cordonBin, "run", "--policy", pol, "--", "sh", "-c", "echo STARTED; exec sleep 60")
+				cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", pol, "--", "sh", "-c", "echo STARTED; exec sleep 60"})...)
 				stdout, err := cmd.StdoutPipe()
 				if err != nil {
 					t.Fatal(err)
@@ -508,7 +508,7 @@ credentials:
 // TestCredentialFilesOwnerOnly: a credential file (a token, a GitHub App's private key) that other users
 // can read is refused before anything starts: it is already leaked, and cordon must not pretend.
 func TestCredentialFilesOwnerOnly(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		keyFile := filepath.Join(h.base, "app.pem")
 		tokenFile := filepath.Join(h.base, "token")
 		h.writeFile(keyFile, "-----BEGIN RSA PRIVATE KEY-----\nnot checked this far\n-----END RSA PRIVATE KEY-----\n", 0o644)
@@ -563,7 +563,7 @@ print(urllib.request.urlopen(req, timeout=10).read().decode())
 // sandbox in any form, nor do the session's.
 func TestAWSAssumeRole(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		base := []string{"AWS_ACCESS_KEY_ID=AKIABASE" + strings.ToUpper(h.canary[:12]), "AWS_SECRET_ACCESS_KEY=BASEsecret" + h.canary + "0123456789"}
 		session := struct{ id, secret, token string }{"ASIASESS" + strings.ToUpper(h.canary[:12]), "SESSsecret" + h.canary + "0123456789", "SESStoken" + h.canary + strings.Repeat("t", 100)}
 		var mu sync.Mutex
@@ -640,7 +640,7 @@ env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'`, port)
 // same file changed since, or an untracked one, is masked as before.
 func TestSecretsTrackedByGit(t *testing.T) {
 	requireTool(t, "git")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		token := "ghp_" + strings.Repeat("Q7w8E9r0", 4) + "Tt5U"
 		h.writeFile(filepath.Join(h.ws, "testdata", "fixture.env"), "GITHUB_TOKEN="+token+"\n", 0o644)
 		h.writeFile(filepath.Join(h.ws, "README"), "hi\n", 0o644)
@@ -671,7 +671,7 @@ func TestSecretsTrackedByGit(t *testing.T) {
 // Code's login under ~/.claude, say) is allowed, as the policy asks, with a warning naming the file
 // and the safe way; mounting something else says nothing.
 func TestCredentialMountWarned(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		h.writeFile(filepath.Join(h.home, ".claude", ".credentials.json"), `{"claudeAiOauth":{"accessToken":"sk-ant-oat01-x"}}`, 0o600)
 		h.writeFile(filepath.Join(h.home, ".claude", "settings.json"), `{}`, 0o644)
 		h.writeFile(filepath.Join(h.home, ".tool", "x"), "x", 0o644)

@@ -285,7 +285,7 @@ echo agent > AGENT && git add AGENT && git commit -qm agent && git -c http.sslCA
 // tool names no usable registry) stops the run before the command exists.
 func TestEgressPolicyFailsBeforeStart(t *testing.T) {
 	requireTool(t, "npm")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		r := h.cordon([]string{"npm_config_registry=not-a-url"}, "", "run", "--policy", h.policy("network:\n  presets: [npm]\n"), "--", "echo", "RAN")
 		if r.code != exitCordon || !strings.Contains(r.stderr, "preset npm") || strings.Contains(r.stdout, "RAN") {
 			t.Fatalf("want exit 125 naming the preset, and no command run:\n%s", r)

@@ -14,7 +14,7 @@ import (
 // that is inside but outside the sandbox's PATH, a mount for one the sandbox does not show, the
 // interpreter for a script whose #! names a missing one, execute permission for a file without it.
 func TestExecHintNamesTheFix(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		pol := h.policy("")
 		// The sandbox's PATH keeps the caller's directories it shows; a policy that sets its own
 		// PATH leaves the workspace's tools outside it.
@@ -37,6 +37,9 @@ func TestExecHintNamesTheFix(t *testing.T) {
 		h.writeFile(filepath.Join(h.ws, "plain.sh"), script, 0o644)
 		h.chownAll(h.base)
 		callerPath := []string{"PATH=" + wsBin + ":" + homeBin + ":/usr/local/bin:/usr/bin:/bin"}
+		if h.tier == "gvisor" {
+			callerPath[0] += ":" + filepath.Dir(runscPath(t)) // cordon finds runsc on the caller's PATH
+		}
 
 		tests := []struct {
 			name    string

@@ -38,7 +38,7 @@ func TestGitPushRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("git --exec-path: %v", err)
 	}
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		root, git := acmeRepos(t, string(backend))
 		var mu sync.Mutex
 		pushes := 0 // receive-pack POSTs the upstream saw

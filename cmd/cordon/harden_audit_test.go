@@ -94,7 +94,7 @@ func (h *harness) runDir(id string) string {
 func TestAuditLogFoldsAFlood(t *testing.T) {
 	requireTool(t, "python3")
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port, served := countingUpstream(t)
 		h.writeFile(filepath.Join(h.ws, "flood.py"), dnsFlood, 0o644)
 		pol := fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port)
@@ -162,7 +162,7 @@ func TestAuditLogFoldsAFlood(t *testing.T) {
 // log, records) stays within limits.disk.
 func TestAuditLogCapAndDiskLimit(t *testing.T) {
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port, served := countingUpstream(t)
 		const disk = 4 << 20
 		budget, err := runstate.NewBudget(disk, audit.DefaultMaxBytes)

@@ -170,7 +170,7 @@ func statusLines(out string) []string {
 func TestFramingSmuggling(t *testing.T) {
 	requireTool(t, "python3")
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		up := newFramingUpstream(t)
 		pol := fmt.Sprintf(`network:
   allow:

@@ -123,7 +123,8 @@ func (h *harness) sandboxedWithResolvConf(resolvConf, policyBody, script string)
 	if h.who.uid != 0 {
 		args = append(args, "setpriv", "--reuid="+strconv.Itoa(h.who.uid), "--regid="+strconv.Itoa(h.who.gid), "--clear-groups", "--")
 	}
-	args = append(args, cordonBin, "run", "--policy", h.policy(policyBody), "--", "sh", "-c", script)
+	args = append(args, cordonBin)
+	args = append(args, h.tierArgs([]string{"run", "--policy", h.policy(policyBody), "--", "sh", "-c", script})...)
 	cmd := exec.Command("unshare", args...)
 	cmd.Dir = h.ws
 	cmd.Env = append([]string{}, h.env...)
@@ -141,7 +142,7 @@ func TestResolutionIgnoresSearchList(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: cordon is given its own /etc/resolv.conf in a mount namespace")
 	}
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		hostDNS := newRecordingResolver(t, loopbackDNSAddr(t), map[string]net.IP{"svc.test.corp.test.": net.IPv4(127, 0, 0, 2)})
 		upDNS := newRecordingResolver(t, "127.0.0.1:0", map[string]net.IP{"svc.test.corp.test.": net.IPv4(127, 0, 0, 2)})
 		ns, _, _ := strings.Cut(hostDNS.addr, ":")
@@ -177,7 +178,7 @@ func TestResolutionIgnoresSearchList(t *testing.T) {
 // policy check` says so for each wildcard.
 func TestWildcardResolvedOnConnect(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		up := newRecordingResolver(t, "127.0.0.1:0", nil)
 		pol := fmt.Sprintf("network:\n  allow:\n    - exact.test\n    - {host: \"*.allowed.test\", ports: [8080]}\n  dns: {upstream: [%q]}\n", up.addr)
 		looked := "data-" + h.canary + ".allowed.test"
@@ -221,7 +222,7 @@ func TestWildcardResolvedOnConnect(t *testing.T) {
 // goes through (the control), over HTTP/1.1 and HTTP/2.
 func TestInspectRefusesFronting(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		up := newTLSUpstream(t, h, "x-none", "pass.test")
 		ca, err := os.ReadFile(up.caFile)
 		if err != nil {

@@ -109,7 +109,7 @@ credentials:
 // until the upstream sent more, and only that: a character-by-character oracle.)
 func TestRedactNotAnOracle(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
 		u := newRedactUpstream(t, h)
 		// The guesses of an agent that has found the first k characters, beside strings that
@@ -151,7 +151,7 @@ func TestRedactNotAnOracle(t *testing.T) {
 func TestRedactHeaderNamesAndSplits(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
 		u := newRedactUpstream(t, h)
 		h.writeFile(filepath.Join(h.ws, "ws.py"), fmt.Sprintf(`import os, socket, ssl, sys

@@ -111,7 +111,7 @@ func codesByName(out string) map[string]string {
 // https gets the value; a plain request without the placeholder goes through.
 func TestCredentialNotSentInCleartext(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
 		plain := &reqRecorder{}
 		plainPort := plainUpstream(t, reflecting(plain))
@@ -171,7 +171,7 @@ credentials:
 // same request gets its 206 (the control), and a request without Range is answered and redacted.
 func TestCredentialRangeRefused(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-ant-api03-" + h.canary + "REALSECRET"
 		rec := &reqRecorder{}
 		port, caFile := serveTLS(t, h, reflecting(rec), "api.test", "media.test")
@@ -245,7 +245,7 @@ credentials:
 func TestRuleLimitedHostLenientRequests(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "python3")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		rec := &reqRecorder{}
 		port, caFile := serveTLS(t, h, reflecting(rec), "rules.test")
 		pol := fmt.Sprintf(`network:
@@ -331,7 +331,7 @@ EOF
 // its host over plain HTTP three ways and passes because the gateway refuses each (the upstream sees
 // none); run on the bare host, where nothing refuses, the same probe fails (the upstream answers).
 func TestCleartextProbe(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		rec := &reqRecorder{}
 		port := plainUpstream(t, reflecting(rec))
 		pol := h.policy(fmt.Sprintf(`network:

@@ -18,7 +18,7 @@ import (
 func TestPolicySuggest(t *testing.T) {
 	requireTool(t, "curl")
 	requireTool(t, "getent")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		up := newTLSUpstream(t, h, "x-none", "rules.test")
 		plainPort := upstream(t, h.canary)
 		body := fmt.Sprintf(`# the team's policy
@@ -143,7 +143,7 @@ network:
 // --allow) gets the whole file to create, which --write creates where cordon looks for it, once.
 func TestPolicySuggestBuiltinDefault(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		h.cordon(nil, "", "run", "--allow", "a.test", "--", "sh", "-c", "curl -sS -m 5 http://b.test:8081/; true")
 		s := h.cordon(nil, "", "policy", "suggest")
 		target := filepath.Join(h.home, ".config", "cordon", "policy.yaml")

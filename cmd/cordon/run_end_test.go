@@ -19,9 +19,13 @@ func (h *harness) cordonAs(argv0 string, dirs []string, args ...string) result {
 	h.t.Helper()
 	var env []string
 	if len(dirs) > 0 {
-		env = append(env, "PATH="+strings.Join(dirs, ":")+":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+		path := strings.Join(dirs, ":") + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+		if h.tier == "gvisor" {
+			path += ":" + filepath.Dir(runscPath(h.t)) // cordon finds runsc on the caller's PATH
+		}
+		env = append(env, "PATH="+path)
 	}
-	cmd := h.command(env, cordonBin, args...)
+	cmd := h.command(env, cordonBin, h.tierArgs(args)...)
 	cmd.Args[0] = argv0
 	return run(h.t, cmd, "")
 }
@@ -57,7 +61,7 @@ func (h *harness) listed() string {
 // nothing; --keep keeps it and says so; a run with changes is kept and its line says how to review
 // it, naming it once.
 func TestRunWithoutChangesIsRemoved(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		pol := h.policy("")
 		r := h.cordon(nil, "", "run", "--policy", pol, "--", "sh", "-c", "cat /dev/null; echo RAN")
 		if r.code != 0 || r.stdout != "RAN\n" {
@@ -98,7 +102,7 @@ func TestRunWithoutChangesIsRemoved(t *testing.T) {
 // so that cordon log shows them, as its line says; one whose gateway refused nothing goes with its
 // audit log, and its line says that.
 func TestRunWithNetworkEnd(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		pol := h.policy("network:\n  allow: [allowed.test]\n")
 		path := []string{filepath.Dir(cordonBin)}
 		r := h.cordonAs("cordon", path, "run", "--policy", pol, "--", "sh", "-c", "getent hosts evil.test; true")
@@ -132,7 +136,7 @@ func TestRunWithNetworkEnd(t *testing.T) {
 // it cannot name them all; that list lives in the run, so the run stays although it changed
 // nothing. A run whose line named every masked file has nothing to point to and goes.
 func TestUnchangedRunKeepsItsMaskedList(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		h.writeFile(filepath.Join(h.ws, "a.env"), "DB=mysql://root:"+"pw1@db.corp.io/x\n", 0o644)
 		pol := h.policy("")
 		r := h.cordon(nil, "", "run", "--policy", pol, "--", "true")
@@ -161,7 +165,7 @@ func TestUnchangedRunKeepsItsMaskedList(t *testing.T) {
 // invoked cordon: a relative path as typed, a name the PATH found (a symlink's name, not its
 // target's), and the base name when the full path given is what the PATH finds.
 func TestEndOfRunNamesCordonAsInvoked(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		bin := filepath.Join(h.ws, "bin")
 		if err := os.MkdirAll(bin, 0o755); err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ func realPath(t *testing.T, p string) string {
 }
 
 func TestRunFlagEnv(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		r := h.cordon([]string{"PASSED=from-caller", "GITHUB_TOKEN=ghp_" + h.canary}, "",
 			"run", "-e", "SET=one", "--env", "PASSED", "--env=TWO=a=b", "--", "sh", "-c", `echo "$SET|$PASSED|$TWO|${GITHUB_TOKEN:-unset}"`)
 		if r.code != 0 || strings.TrimSpace(r.stdout) != "one|from-caller|a=b|unset" {
@@ -59,7 +59,7 @@ func TestRunFlagEnv(t *testing.T) {
 }
 
 func TestRunFlagVolume(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		data := filepath.Join(h.base, "data")
 		h.writeFile(filepath.Join(data, "f.txt"), "DATA-"+h.canary+"\n", 0o644)
 		h.chownAll(data)
@@ -136,7 +136,7 @@ func TestRunFlagVolumeIsPolicy(t *testing.T) {
 // TestPolicyMountAt: the file's {path: HOST, at: PATH} shows the path at PATH inside as -v does,
 // policy check shows it, and one over the workspace is refused by run and check alike, positioned.
 func TestPolicyMountAt(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		data := filepath.Join(h.base, "data")
 		h.writeFile(filepath.Join(data, "f.txt"), "DATA-"+h.canary+"\n", 0o644)
 		h.chownAll(data)
@@ -162,7 +162,7 @@ func TestPolicyMountAt(t *testing.T) {
 
 func TestRunFlagNetworkNone(t *testing.T) {
 	requireTool(t, "curl")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		port := upstream(t, h.canary)
 		pol := h.policy(fmt.Sprintf("network:\n  allow:\n    - {host: pkg.test, ports: [%d]}\n  hosts: {pkg.test: 127.0.0.1}\n", port))
 		probe := fmt.Sprintf("curl -sS -m 10 http://pkg.test:%d/ 2>&1; true", port)
@@ -182,7 +182,7 @@ func TestRunFlagNetworkNone(t *testing.T) {
 func TestRunFlagLimits(t *testing.T) {
 	const script = `dd if=/dev/zero of=/dev/null bs=200M count=1 2>/dev/null && echo ALLOC-OK
 i=0; while [ $i -lt 60 ]; do sleep 2 & i=$((i+1)); done; echo FORKED $i`
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		// Control: without the flags the allocation and the processes fit.
 		if r := h.cordon(nil, "", "run", "--", "sh", "-c", script); !strings.Contains(r.stdout, "ALLOC-OK") || !strings.Contains(r.stdout, "FORKED 60") {
 			t.Skipf("control: this host does not run the probe without limits:\n%s", r)
@@ -211,8 +211,8 @@ i=0; while [ $i -lt 60 ]; do sleep 2 & i=$((i+1)); done; echo FORKED $i`
 // TestRunFlagCPUs: --cpus 0.5 is the run's cgroup CPU quota, read from the host while it runs (a
 // quota cannot be seen from inside on a cgroup v1 host, and timing it would be flaky).
 func TestRunFlagCPUs(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
-		cmd := h.command(nil, cordonBin, "run", "--cpus", "0.5", "--", "sleep", "30")
+	forEachTier(t, func(t *testing.T, h *harness) {
+		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--cpus", "0.5", "--", "sleep", "30"})...)
 		stderr := &lockedBuffer{}
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
@@ -266,7 +266,7 @@ func (l *lockedBuffer) String() string {
 }
 
 func TestRunFlagWorkdir(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		sub := filepath.Join(h.ws, "src", "pkg")
 		if err := os.MkdirAll(sub, 0o755); err != nil {
 			t.Fatal(err)

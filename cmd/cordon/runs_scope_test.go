@@ -42,7 +42,7 @@ func (h *harness) gitRepo(dir string) string {
 // cordonIn runs `cordon ARGS...` as the caller with dir as the current directory.
 func (h *harness) cordonIn(dir string, args ...string) result {
 	h.t.Helper()
-	cmd := h.command(nil, cordonBin, args...)
+	cmd := h.command(nil, cordonBin, h.tierArgs(args)...)
 	cmd.Dir = dir
 	return run(h.t, cmd, "")
 }
@@ -68,7 +68,7 @@ func readFile(t *testing.T, path string) string {
 }
 
 func TestRunsScopedToProject(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		a, b := h.gitRepo("repo-a"), h.gitRepo("repo-b")
 		idB := h.agentIn(b, "echo from-b > file.txt")
 		// A's run is the newest: the one a global "last" would pick.
@@ -146,7 +146,7 @@ func TestRunsScopedToProject(t *testing.T) {
 }
 
 func TestGCKeepsUnappliedWork(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		p, q := h.gitRepo(""), h.gitRepo("other")
 		applied := h.agentIn(p, "echo 1 > file.txt")
 		if r := h.cordonIn(p, "apply", applied); r.code != 0 {
@@ -235,7 +235,7 @@ func zombie(t *testing.T) (int, uint64) {
 }
 
 func TestKilledRunIsNotRunning(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		p := h.gitRepo("")
 		id := h.agentIn(p, "echo changed > file.txt")
 		// Record the run as running under a cordon that was killed and not reaped yet.

@@ -14,7 +14,7 @@ import (
 // documentation domain and a guessable one for a private address (both once judged harmless and
 // readable inside) is masked: `cat .env` inside shows the empty mask, and the user is told.
 func TestConnectionStringsMasked(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		// Split at the password, so that this file holds no connection string itself.
 		env := "DATABASE_URL=postgres://u:" + "p@prod.example.com/db\n" +
 			"ADMIN_URL=postgres://admin:" + "password@10.0.0.5/app\n"
@@ -41,7 +41,7 @@ func TestConnectionStringsMasked(t *testing.T) {
 // where the run's record lists every one of them, and that list names each file (with the redacted
 // finding) and no password. It used to end in "and 2 more", which nothing could expand.
 func TestMaskedFilesAllListed(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		names := []string{"a.env", "b.env", "c.env", "config/d.env", "config/e.env"}
 		for i, n := range names {
 			h.writeFile(filepath.Join(h.ws, n), "DB=mysql://root:"+"pw"+strings.Repeat("9", i)+"@db.corp.io/x\n", 0o644)

@@ -91,7 +91,7 @@ func keygen(t *testing.T, path, comment string) {
 func TestGitOverSSH(t *testing.T) {
 	requireTool(t, "git")
 	requireTool(t, "ssh-agent")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		keys := t.TempDir()
 		keygen(t, filepath.Join(keys, "listed"), "listed@test")
 		keygen(t, filepath.Join(keys, "unlisted"), "unlisted@test")

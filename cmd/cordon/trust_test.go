@@ -45,7 +45,7 @@ func TestTrustEveryRuntime(t *testing.T) {
 	requireTool(t, "python3")
 	requireTool(t, "java")
 	goClient := buildGoClient(t)
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		var mu sync.Mutex
 		seen := map[string]bool{}
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

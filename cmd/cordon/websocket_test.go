@@ -167,7 +167,7 @@ func newWSEchoUpstream(t *testing.T, h *harness, names ...string) *wsEchoUpstrea
 func TestWebsocketCredentialOfAnyLength(t *testing.T) {
 	wsClient := buildProgram(t, wsClientSource)
 	_, nodeErr := exec.LookPath("node")
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		secret := "sk-" + h.canary[:10] // shorter than any placeholder cordon makes
 		up := newWSEchoUpstream(t, h, "ws.test")
 		h.writeFile(filepath.Join(h.ws, "wsclient"), string(wsClient), 0o755)

@@ -173,9 +173,9 @@ true`
 // TestKilledRunRecoverable: cordon is SIGKILLed mid-run; the run is listed as interrupted and its
 // work can still be diffed and applied.
 func TestKilledRunRecoverable(t *testing.T) {
-	forEachIdentity(t, func(t *testing.T, h *harness) {
+	forEachTier(t, func(t *testing.T, h *harness) {
 		gitProject(t, h)
-		cmd := h.command(nil, cordonBin, "run", "--policy", h.policy(""), "--", "sh", "-c", "echo precious > work.txt; sync; echo ready; sleep 600")
+		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", h.policy(""), "--", "sh", "-c", "echo precious > work.txt; sync; echo ready; sleep 600"})...)
 		var out syncBuffer
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {

@@ -192,6 +192,9 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		err := inSandboxRoot(func() error {
 			path, err := lookPath(spec.Args[0], spec.Dir, spec.Env)
 			if err == nil {
+				err = notExecutable(spec.Args[0], path, spec.Dir)
+			}
+			if err == nil {
 				err = envInterpreter(spec.Args[0], path, spec.Dir, spec.Env)
 			}
 			return err

@@ -48,6 +48,27 @@ func execError(name, path string, err error) error {
 	return ee
 }
 
+// notExecutable is the error execve will give inside a runtime, found before the runtime starts:
+// EACCES for a directory or a file with no execute bit, ENOENT for a script whose #! interpreter is
+// missing. Inside the runtime the guest shim can print only execve's errno, which would not say
+// why the file cannot run or how to fix it, as the native box's error does.
+func notExecutable(name, path, dir string) error {
+	at := execPath(path, dir)
+	fi, err := os.Stat(at)
+	switch {
+	case err != nil:
+		return nil
+	case fi.IsDir() || fi.Mode()&0o111 == 0:
+		return execError(name, at, syscall.EACCES)
+	}
+	if interp, _ := shebang(at); interp != "" {
+		if _, err := os.Stat(execPath(interp, dir)); errors.Is(err, os.ErrNotExist) {
+			return execError(name, at, syscall.ENOENT)
+		}
+	}
+	return nil
+}
+
 // envInterpreter finds, before the command runs, a script started through `#!/usr/bin/env NAME`
 // whose NAME is not in the sandbox's PATH: execve would succeed and env fail with its own message,
 // which names neither the script nor the sandbox. Only the plain form (one name, no options or

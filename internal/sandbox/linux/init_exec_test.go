@@ -80,3 +80,44 @@ func TestExecErrorTellsEACCESApart(t *testing.T) {
 		t.Errorf("a directory: %#v", err)
 	}
 }
+
+// TestNotExecutable: before a runtime starts, what execve would refuse inside it is the error the
+// native box reports (no execute bit, a directory, a missing #! interpreter); what would run is not.
+func TestNotExecutable(t *testing.T) {
+	dir := t.TempDir()
+	for name, f := range map[string]struct {
+		body string
+		mode os.FileMode
+	}{
+		"plain": {"echo\n", 0o644}, "run": {"#!/bin/sh\necho\n", 0o755}, "binary": {"\x7fELF", 0o755},
+		"lost": {"#!/nonexistent/sh\n", 0o755}, "relative": {"#!run\n", 0o755},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(f.body), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		path      string
+		errno     error // nil: no error
+		noExecBit bool
+		interp    string
+	}{
+		{path: "plain", errno: syscall.EACCES, noExecBit: true},
+		{path: ".", errno: syscall.EACCES},
+		{path: "lost", errno: syscall.ENOENT, interp: "/nonexistent/sh"},
+		{path: "run"},
+		{path: "binary"},
+		{path: "relative"}, // its interpreter, relative to the working directory, exists
+		{path: "absent"},   // lookPath reports it
+	} {
+		err := notExecutable(tc.path, tc.path, dir)
+		var ee *sandbox.ExecError
+		switch {
+		case tc.errno == nil && err != nil:
+			t.Errorf("%s: %v, want none", tc.path, err)
+		case tc.errno == nil:
+		case !errors.As(err, &ee) || !errors.Is(err, tc.errno) || ee.NoExecBit != tc.noExecBit || ee.Interpreter != tc.interp:
+			t.Errorf("%s: %#v, want %v (no exec bit %v, interpreter %q)", tc.path, err, tc.errno, tc.noExecBit, tc.interp)
+		}
+	}
+}
