@@ -26,6 +26,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 0 && os.Args[0] == services.MountArg0 {
+		os.Exit(services.MountMain()) // services.Start re-executes this binary as the overlay helper
+	}
 	n := flag.Int("n", 15, "rounds")
 	cordonBin := flag.String("cordon", "", "cordon binary, to time `cordon run -- true` with and without the service")
 	flag.Parse()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,17 +64,34 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	if err := checkSocketPath(sock); err != nil {
 		return nil, err
 	}
-	data, err := cloneTemplate(ctx, opts.IDs, tmpl, dir)
+	rd, err := cloneTemplate(ctx, opts.IDs, tmpl, dir)
 	if err != nil {
 		return nil, err
 	}
-	p, err := spawn(opts.IDs, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT, []string{"LC_ALL=C.UTF-8"},
-		append([]string{bins.Path("postgres")}, postgresArgs(data, dir)...)...)
+	start := func() (*process, error) {
+		return spawnOn(opts.IDs, rd.ov, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT, []string{"LC_ALL=C.UTF-8"},
+			append([]string{bins.Path("postgres")}, postgresArgs(rd.data, dir)...)...)
+	}
+	p, err := start()
 	if err != nil {
 		return nil, err
 	}
 	srv := &Server{Name: sp.Name, Kind: sp.Kind, Version: bins.Version, Socket: sock, Port: 5432, proc: p}
-	if err := p.waitReady(ctx, func() bool { return pgReady(data) }); err != nil {
+	err = p.waitReady(ctx, func() bool { return pgReady(rd.ready) })
+	if err != nil && rd.ov != nil && p.exitCode() == mountRefused {
+		// The kernel refused the overlay in the server's namespace: the run gets a copy instead.
+		slog.Warn("services: no overlay on the template in the server's namespace; copying it", "service", sp.Name,
+			"reason", strings.TrimPrefix(logTail(p.log), mountRefusedPrefix))
+		if rd, err = copyInstead(ctx, rd, tmpl); err != nil {
+			return srv, err
+		}
+		if p, err = start(); err != nil {
+			return srv, err
+		}
+		srv.proc = p
+		err = p.waitReady(ctx, func() bool { return pgReady(rd.ready) })
+	}
+	if err != nil {
 		return srv, err
 	}
 	password, err := randomHex(16)
@@ -104,30 +122,49 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	return srv, nil
 }
 
-// cloneTemplate makes the run's data directory from the template below dir: as root an overlay on
-// it (nothing copied; Stop and Sweep unmount it), else, or if the mount fails, a copy.
-func cloneTemplate(ctx context.Context, ids IDs, tmpl, dir string) (string, error) {
+// runData is a run's data directory: data as the server sees it, ready where cordon reads the
+// server's postmaster.pid, and ov the overlay the server's helper mounts, if it does.
+type runData struct {
+	data, ready string
+	ov          *nsOverlay
+}
+
+// cloneTemplate makes the run's data directory from the template below dir, never writing the
+// template: as root an overlay on it mounted here (Stop and Sweep unmount it), or, if that mount
+// fails, a copy; as an ordinary user an overlay the server's helper mounts in its own user and mount
+// namespace, which only the server sees and which ends with it (upper then holds every file the
+// server writes, postmaster.pid among them).
+func cloneTemplate(ctx context.Context, ids IDs, tmpl, dir string) (runData, error) {
 	data := filepath.Join(dir, "data")
-	if ids.Switch {
-		upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
-		err := privateDir(ids, upper)
-		if err == nil {
-			err = os.Mkdir(work, 0o700)
-		}
-		if err == nil {
-			err = os.Mkdir(data, 0o700)
-		}
-		if err == nil {
-			// The template's root is 0700 for the server's id; the copy's root is upper's.
-			if err = mountOverlay(tmpl, upper, work, data); err == nil {
-				return data, nil
-			}
-		}
-		os.RemoveAll(upper)
-		os.RemoveAll(work)
-		os.Remove(data)
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	err := privateDir(ids, upper)
+	if err == nil {
+		err = os.Mkdir(work, 0o700)
 	}
-	return data, copyTree(ctx, tmpl, data)
+	if err == nil {
+		err = os.Mkdir(data, 0o700)
+	}
+	if err == nil {
+		if !ids.Switch {
+			return runData{data: data, ready: upper, ov: &nsOverlay{Lower: tmpl, Upper: upper, Work: work, Target: data}}, nil
+		}
+		// The template's root is 0700 for the server's id; the copy's root is upper's.
+		if err = mountOverlay(tmpl, upper, work, data); err == nil {
+			return runData{data: data, ready: data}, nil
+		}
+	}
+	return copyInstead(ctx, runData{data: data}, tmpl)
+}
+
+// copyInstead replaces an overlay's directories with a copy of the template.
+func copyInstead(ctx context.Context, rd runData, tmpl string) (runData, error) {
+	dir := filepath.Dir(rd.data)
+	for _, d := range []string{"upper", "work", "data"} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return rd, err
+		}
+	}
+	return runData{data: rd.data, ready: rd.data}, copyTree(ctx, tmpl, rd.data)
 }
 
 // applyPostgres runs one fixture as the database's owner: an SQL script through psql (stopping at

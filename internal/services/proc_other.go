@@ -17,3 +17,16 @@ func mountOverlay(lower, upper, work, target string) error {
 }
 
 func unmountBelow(string) {}
+
+func helperAttr(*syscall.SysProcAttr) {}
+
+// MountArg0 and MountMain exist on Linux only; see nsoverlay_linux.go.
+const MountArg0 = "cordon-service-mount"
+
+// MountMain is the Linux overlay helper; elsewhere it has nothing to do.
+func MountMain() int { return 2 }
+
+const (
+	mountRefused       = 87
+	mountRefusedPrefix = "cordon-service-mount: "
+)

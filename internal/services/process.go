@@ -30,6 +30,16 @@ type process struct {
 // spawn starts a server as ids in namespaces of its own (see sysProcAttr), its output appended to
 // logPath, and records its pid beside it for Sweep.
 func spawn(ids IDs, logPath string, stopSig syscall.Signal, env []string, argv ...string) (*process, error) {
+	return spawnOn(ids, nil, logPath, stopSig, env, argv...)
+}
+
+// nsOverlay is an overlay the server's helper mounts in the server's own mount namespace (see
+// MountMain): Lower, the template, is never written; Upper and Work are the run's.
+type nsOverlay struct{ Lower, Upper, Work, Target string }
+
+// spawnOn is spawn, with ov (when not nil) mounted in a mount namespace of the server's own before
+// it runs: the program is this binary's own, as MountArg0, which mounts and then execs argv.
+func spawnOn(ids IDs, ov *nsOverlay, logPath string, stopSig syscall.Signal, env []string, argv ...string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -41,6 +51,15 @@ func spawn(ids IDs, logPath string, stopSig syscall.Signal, env []string, argv .
 	cmd.Dir = "/"
 	if cmd.SysProcAttr, err = sysProcAttr(ids, true); err != nil {
 		return nil, err
+	}
+	if ov != nil {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding this program for the overlay helper: %w", err)
+		}
+		cmd.Path = self
+		cmd.Args = append([]string{MountArg0, ov.Lower, ov.Upper, ov.Work, ov.Target}, argv...)
+		helperAttr(cmd.SysProcAttr)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", filepath.Base(argv[0]), err)
@@ -65,6 +84,16 @@ func (p *process) exited() error {
 		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, logTail(p.log))
 	default:
 		return nil
+	}
+}
+
+// exitCode is the server's exit status once it has exited, else -1.
+func (p *process) exitCode() int {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	default:
+		return -1
 	}
 }
 

@@ -2,8 +2,10 @@ package services
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,5 +131,110 @@ func TestSweep(t *testing.T) {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", filepath.Base(d), err == nil, want)
 		}
+	}
+}
+
+// TestPostgresTemplateUntouched attacks the template through a run that writes (a table, rows, a
+// vacuum, an update, a clean shutdown): the template's files stay byte-identical, and a second run sees none of
+// the first run's rows. As an ordinary user the overlay is the server's own (MountMain); as root
+// cordon's. The control: the first run itself sees its rows.
+func TestPostgresTemplateUntouched(t *testing.T) {
+	need(t, "postgres")
+	opts := testOptions(t, nil)
+	spec := []Spec{{Name: "db", Kind: "postgres", Database: "app", User: "app", Where: "p.yaml:3"}}
+	start := func(run string) (*Set, *Server) {
+		o := opts
+		o.RunID = run
+		set, err := Start(context.Background(), o, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { set.Stop() })
+		return set, set.Servers()[0]
+	}
+	set, srv := start("run1")
+	before := hashTree(t, opts.Templates)
+	// Nothing was copied: the server sees its data directory as an overlay (as an ordinary user, in
+	// its own mount namespace only).
+	data := filepath.Join(opts.Runtime, "run1", "db", "data")
+	if mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", srv.proc.cmd.Process.Pid)); err != nil || !strings.Contains(string(mi), " "+data+" ") {
+		t.Errorf("the server's data directory %s is not a mount (a copy?): %v", data, err)
+	}
+	for _, sql := range []string{"CREATE TABLE t AS SELECT g AS n FROM generate_series(1, 5000) g", "VACUUM FULL", "UPDATE t SET n = n + 1"} {
+		if out, err := psql(t, srv, sql); err != nil {
+			t.Fatalf("%s: %s: %v", sql, out, err)
+		}
+	}
+	if out, err := psql(t, srv, "SELECT count(*) FROM t"); err != nil || out != "5000" {
+		t.Fatalf("control: the run's own rows: %q, %v", out, err)
+	}
+	if err := set.Stop(); err != nil { // a clean shutdown writes every page it changed
+		t.Fatal(err)
+	}
+	if after := hashTree(t, opts.Templates); !maps.Equal(before, after) {
+		for f, h := range after {
+			if before[f] != h {
+				t.Errorf("the template changed: %s", f)
+			}
+		}
+		t.Errorf("the template changed (%d files before, %d after)", len(before), len(after))
+	}
+	_, srv2 := start("run2")
+	if out, err := psql(t, srv2, "SELECT count(*) FROM pg_tables WHERE tablename = 't'"); err != nil || out != "0" {
+		t.Errorf("the second run sees the first run's table: %q, %v", out, err)
+	}
+}
+
+// hashTree is every regular file's SHA-256 below dir, and every entry's mode.
+func hashTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".lock") {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h := fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h += fmt.Sprintf(" %x", sha256.Sum256(b))
+		}
+		m[p] = h
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestPostgresOverlayRefused: where the overlay cannot be mounted (here a template path overlay's
+// options cannot hold, which the helper, or as root cordon, refuses) the run gets a copy and starts.
+func TestPostgresOverlayRefused(t *testing.T) {
+	need(t, "postgres")
+	opts := testOptions(t, map[string]string{"db/seed.sql": "CREATE TABLE t (n int); INSERT INTO t VALUES (7);\n"})
+	opts.Templates = filepath.Join(filepath.Dir(opts.Templates), "tm:pl")
+	set, err := Start(context.Background(), opts, []Spec{{Name: "db", Kind: "postgres", Fixtures: []string{"db/seed.sql"},
+		Database: "app", User: "app", Where: "p.yaml:3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Stop()
+	srv := set.Servers()[0]
+	if out, err := psql(t, srv, "SELECT n FROM t"); err != nil || out != "7" {
+		t.Errorf("fixture rows: %q, %v", out, err)
+	}
+	data := filepath.Join(opts.Runtime, opts.RunID, "db", "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		t.Errorf("no copy of the template: %v", err)
 	}
 }
