@@ -2,7 +2,8 @@
 
 // Command services measures the time to a ready PostgreSQL seeded with a 1 MB fixture, as a run's
 // fixture service (internal/services): the first start of a server version (initdb into the template
-// store) and a warm one (a copy of the template), against a floor that does the least by hand (copy
+// store) and a warm one (an overlay on the template, mounted by cordon as root and by the server's
+// helper in its own namespace otherwise), against a floor that does the least by hand (copy
 // of the same template, postgres started without namespaces, psql -f the fixture), and, with
 // -cordon, `cordon run` of `true` with and without the service. Contenders are interleaved round by
 // round and ratios taken within a round, so load from other jobs moves them together.
