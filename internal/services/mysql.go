@@ -199,9 +199,10 @@ func buildMysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spe
 	if err != nil {
 		return "", err
 	}
-	// Every account but root@localhost goes (the install's socket-authenticated ones among them):
+	// Every account but root@localhost and mariadb.sys (locked: the definer of the system views)
+	// goes, the install's socket-authenticated ones among them:
 	// what remains is root, for cordon alone, and the run's user, for its database alone.
-	setup := fmt.Sprintf("DELETE FROM mysql.global_priv WHERE NOT (User = 'root' AND Host = 'localhost');\n"+
+	setup := fmt.Sprintf("DELETE FROM mysql.global_priv WHERE NOT (User IN ('root', 'mariadb.sys') AND Host = 'localhost');\n"+
 		"DELETE FROM mysql.db;\nDELETE FROM mysql.proxies_priv WHERE NOT (User = 'root' AND Host = 'localhost');\nFLUSH PRIVILEGES;\n"+
 		"ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('%[3]s');\n"+
 		"CREATE DATABASE `%[2]s`;\nCREATE USER '%[1]s'@'localhost';\nGRANT ALL PRIVILEGES ON `%[2]s`.* TO '%[1]s'@'localhost';\n",

@@ -142,7 +142,7 @@ func TestMysqlBrokenFixture(t *testing.T) {
 func TestMysqlFixtureMessage(t *testing.T) {
 	for in, want := range map[string]string{
 		"ERROR 1146 (42S02) at line 3: Table 'app.nosuch' doesn't exist": "f.sql:3: ERROR 1146 (42S02): Table 'app.nosuch' doesn't exist",
-		"ERROR 2002 (HY000): Can't connect":                               "ERROR 2002 (HY000): Can't connect",
+		"ERROR 2002 (HY000): Can't connect":                              "ERROR 2002 (HY000): Can't connect",
 	} {
 		if got := mysqlFixtureMessage(in, "f.sql"); got != want {
 			t.Errorf("%q: got %q, want %q", in, got, want)
