@@ -25,12 +25,13 @@ const mysqlSocket = "mysqld.sock"
 
 // mysqlArgs are the settings every server runs with: no TCP, no durability (the data dies with the
 // run), small buffers, nothing read from the host's option files.
-func mysqlArgs(data, dir string) []string {
+func mysqlArgs(bins Binaries, data, dir string) []string {
 	return []string{"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, mysqlSocket),
 		"--pid-file=" + filepath.Join(dir, "mysqld.pid"), "--tmpdir=" + dir, "--skip-networking",
 		"--skip-name-resolve", "--skip-log-bin", "--performance-schema=OFF", "--innodb-buffer-pool-size=16M",
 		"--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--innodb-flush-method=nosync",
-		"--max-connections=50", "--character-set-server=utf8mb4", "--lc-messages-dir=/usr/share/mysql"}
+		"--max-connections=50", "--character-set-server=utf8mb4",
+		"--lc-messages-dir=" + filepath.Join(mysqlBase(bins), "share", "mysql")}
 }
 
 // mysqlClient is the client's argv and environment for the server in dir (the password in the
@@ -71,7 +72,7 @@ func startMysql(ctx context.Context, opts Options, sp Spec, runDir string) (*Ser
 		return nil, err
 	}
 	p, err := spawn(opts.IDs, filepath.Join(runDir, sp.Name+".log"), syscall.SIGTERM, []string{"LC_ALL=C.UTF-8"},
-		append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(data, dir)...)...)
+		append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(bins, data, dir)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,11 +184,11 @@ func buildMysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spe
 	data := filepath.Join(work, "data")
 	if err := runClient(ctx, opts.IDs, []string{"LC_ALL=C.UTF-8"}, nil, bins.Path(bins.Progs[1]), "--no-defaults",
 		"--datadir="+data, "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
-		"--basedir=/usr"); err != nil {
+		"--basedir="+mysqlBase(bins)); err != nil {
 		return "", fmt.Errorf("%s: %w", bins.Progs[1], err)
 	}
 	p, err := spawn(opts.IDs, filepath.Join(work, "server.log"), syscall.SIGTERM, []string{"LC_ALL=C.UTF-8"},
-		append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(data, work)...)...)
+		append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(bins, data, work)...)...)
 	if err != nil {
 		return "", err
 	}
@@ -216,6 +217,9 @@ func buildMysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spe
 	}
 	return pw, storeTemplate(ctx, data, tmpl, pw)
 }
+
+// mysqlBase is the installation's base directory (/usr for Debian's): the installer's bin/ is in it.
+func mysqlBase(bins Binaries) string { return filepath.Dir(filepath.Dir(bins.Path(bins.Progs[1]))) }
 
 // minorVersion is the part of a MariaDB version its data directory is bound to ("10.11").
 func minorVersion(v string) string {

@@ -96,7 +96,7 @@ func TestMysqlFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unmountBelow(dir)
-	p, err := spawn(opts.IDs, filepath.Join(dir, "log"), syscall.SIGTERM, nil, append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(data, dir)...)...)
+	p, err := spawn(opts.IDs, filepath.Join(dir, "log"), syscall.SIGTERM, nil, append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(bins, data, dir)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +147,13 @@ func TestMysqlFixtureMessage(t *testing.T) {
 		if got := mysqlFixtureMessage(in, "f.sql"); got != want {
 			t.Errorf("%q: got %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestFindMysqlMissing: a host without MariaDB or MySQL is refused naming the packages to install.
+func TestFindMysqlMissing(t *testing.T) {
+	_, err := findMysql([]string{t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "install the Debian packages mariadb-server and mariadb-client") {
+		t.Errorf("got %v", err)
 	}
 }
