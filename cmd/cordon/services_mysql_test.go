@@ -46,7 +46,7 @@ func (h *harness) mysqlFixtures() {
 // refused (LOAD_FILE reads nothing, INTO OUTFILE is denied: the control, root doing the same on a
 // copy of the template, is TestMysqlFixtures in internal/services); while it runs, the server holds
 // no TCP socket of the host's and runs in a network namespace of its own, never as root; after the
-// run nothing of it is left and a second run sees the fixtures alone.
+// run nothing of it is left and a second run sees the fixtures alone, where root cannot log in.
 func TestServicesMysql(t *testing.T) {
 	requireMysql(t)
 	forEachIdentity(t, func(t *testing.T, h *harness) {
@@ -98,9 +98,24 @@ echo "URL=$MYSQL_URL"`
 		if left := newDirs(before, h.svcDirs()); len(left) > 0 {
 			t.Errorf("the run's server data is left in %s: %v", h.svcRuntime(), left)
 		}
-		r := h.sandboxed(mysqlPolicy, mysqlClient+`my "SELECT COUNT(*) FROM users"`)
-		if r.code != 0 || r.stdout != "2\n" {
+		// The template's root, with its password (read here from cordon's state, where the agent
+		// cannot), is locked in the run's copy; cordon logged in with the same password to set the
+		// run up (the control: the run started).
+		pwFiles, _ := filepath.Glob(filepath.Join(h.home, ".local", "state", "cordon", "service-templates", "mariadbd*-app-app.password"))
+		if len(pwFiles) != 1 {
+			t.Fatalf("want the template's root password file, found %v", pwFiles)
+		}
+		pw, err := os.ReadFile(pwFiles[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := h.sandboxed(mysqlPolicy+"env:\n  set: {SUPER: "+strings.TrimSpace(string(pw))+"}\n",
+			mysqlClient+`my "SELECT COUNT(*) FROM users"; user=root; pw="$SUPER"; db=mysql; my "SELECT 1"; true`)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "2\n") {
 			t.Errorf("second run: want the fixtures alone (2 rows):\n%s", r)
+		}
+		if !strings.Contains(r.stdout, "this account is locked") {
+			t.Errorf("the template's root logs in from the sandbox:\n%s", r)
 		}
 	})
 }
