@@ -5,10 +5,11 @@
 // store) and a warm one (an overlay on the template, mounted by cordon as root and by the server's
 // helper in its own namespace otherwise), against a floor that does the least by hand (copy
 // of the same template, postgres started without namespaces, psql -f the fixture), and, with
-// -cordon, `cordon run` of `true` with and without the service. Contenders are interleaved round by
+// -cordon, `cordon run` of `true` with and without the service; with -mysql, a warm MariaDB start
+// seeded with the same fixture (its ratio to PostgreSQL's warm start). Contenders are interleaved round by
 // round and ratios taken within a round, so load from other jobs moves them together.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/services -n 15 -cordon bin/cordon
+//	go build -o bin/cordon ./cmd/cordon && go run ./bench/services -n 15 -cordon bin/cordon [-mysql]
 package main
 
 import (
@@ -32,6 +33,7 @@ func main() {
 	}
 	n := flag.Int("n", 15, "rounds")
 	cordonBin := flag.String("cordon", "", "cordon binary, to time `cordon run -- true` with and without the service")
+	withMysql := flag.Bool("mysql", false, "also time a warm MariaDB (mysql kind) seeded with the same fixture")
 	flag.Parse()
 	root, err := os.MkdirTemp("", "cordon-bench-svc-")
 	check(err)
@@ -51,10 +53,11 @@ func main() {
 	spec := []services.Spec{{Name: "db", Kind: "postgres", Fixtures: []string{"db/seed.sql"}, Database: "app", User: "app", Where: "bench"}}
 	warmTemplates := filepath.Join(root, "tmpl")
 	var seeding []time.Duration // the fixture's own share of warm starts
-	start := func(run, templates string) time.Duration {
+	mysqlSpec := []services.Spec{{Name: "db", Kind: "mysql", Fixtures: []string{"db/seed.sql"}, Database: "app", User: "app", Where: "bench"}}
+	startSpec := func(run, templates string, spec []services.Spec) time.Duration {
 		o := opts(run, templates)
 		o.Event = func(e services.Event) {
-			if e.Action == "fixture" && templates == warmTemplates {
+			if e.Action == "fixture" && templates == warmTemplates && e.Kind == "postgres" {
 				seeding = append(seeding, e.Duration)
 			}
 		}
@@ -65,6 +68,7 @@ func main() {
 		check(set.Stop())
 		return d
 	}
+	start := func(run, templates string) time.Duration { return startSpec(run, templates, spec) }
 	start("prime", warmTemplates) // the warm template exists before round 1
 	bins, err := services.Find("postgres", os.Getenv("PATH"))
 	check(err)
@@ -83,6 +87,11 @@ func main() {
 	if policy != "" {
 		names = append(names, "cordon run -- true", "cordon run (db service) -- true")
 	}
+	mysqlAt := -1
+	if *withMysql {
+		startSpec("prime-mysql", warmTemplates, mysqlSpec)
+		mysqlAt, names = len(names), append(names, "services.Start mysql (MariaDB), warm")
+	}
 	times := make([][]time.Duration, len(names))
 	for i := range *n {
 		times[0] = append(times[0], floor(root, tmpls[0], bins, project, ids))
@@ -92,12 +101,17 @@ func main() {
 			times[3] = append(times[3], cordonRun(*cordonBin, project, "", root))
 			times[4] = append(times[4], cordonRun(*cordonBin, project, policy, root))
 		}
+		if mysqlAt >= 0 {
+			times[mysqlAt] = append(times[mysqlAt], startSpec(fmt.Sprintf("mysql%d", i), warmTemplates, mysqlSpec))
+		}
 	}
 	fmt.Printf("PostgreSQL %s, a %d-byte fixture, %d rounds; psql -f of the fixture in warm starts: median %.1f ms\n",
 		bins.Version, 1<<20, *n, ms(median(seeding)))
 	for i, name := range names {
 		fmt.Printf("%-44s median %7.1f ms  p25–p75 %7.1f–%7.1f ms", name, ms(median(times[i])), ms(pct(times[i], 25)), ms(pct(times[i], 75)))
-		if i > 0 && i < 3 {
+		if i == mysqlAt {
+			fmt.Printf("  / postgres warm %.2fx", ratio(times[i], times[1]))
+		} else if i > 0 && i < 3 {
 			fmt.Printf("  / floor %.2fx", ratio(times[i], times[0]))
 		}
 		if i == 4 {

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,17 @@ func FuzzMeterJSON(f *testing.F) {
 			api = OpenAI
 		}
 		fuzzMeter(t, api, ctJSON, body, cut)
+	})
+}
+
+// FuzzLastBlank: the backward scan finds what bytes.LastIndex finds.
+func FuzzLastBlank(f *testing.F) {
+	for _, s := range []string{"", "\n", "\n\n", "a\n\nb", "\n\n\n", "x\r\n\r\n", "a\nb\n\nc\nd"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := lastBlank(p), bytes.LastIndex(p, blankLF); got != want {
+			t.Fatalf("lastBlank(%q) = %d, bytes.LastIndex = %d", p, got, want)
+		}
 	})
 }

@@ -16,7 +16,7 @@ import (
 type Service struct {
 	// Name is a DNS label; the sandbox reaches the server as Name.ServiceDomain.
 	Name string
-	// Kind is ServicePostgres or ServiceRedis.
+	// Kind is ServicePostgres, ServiceRedis or ServiceMysql.
 	Kind string
 	// Fixtures are workspace-relative files applied in order: SQL scripts for PostgreSQL (psql, as
 	// the database's owner), command files for Redis (one command a line).
@@ -35,6 +35,8 @@ type Service struct {
 const (
 	ServicePostgres = "postgres"
 	ServiceRedis    = "redis"
+	// ServiceMysql is MariaDB (or MySQL), from the host's mariadbd or mysqld.
+	ServiceMysql = "mysql"
 )
 
 // ServiceDomain is the domain under which services are named inside the sandbox. Nothing under it
@@ -74,9 +76,7 @@ func (d *decoder) service(n *yaml.Node, p string) (s Service, err error) {
 	_, err = d.mapping(n, p,
 		kind(ServicePostgres),
 		kind(ServiceRedis),
-		field{"mysql", func(v *yaml.Node, kp string) error {
-			return d.errf(v, kp, "MariaDB/MySQL services are not supported by this cordon yet (it has: %s, %s)", ServicePostgres, ServiceRedis)
-		}},
+		kind(ServiceMysql),
 		field{"env", func(v *yaml.Node, kp string) (err error) {
 			s.Env, err = d.str(v, kp)
 			if err == nil {
@@ -91,7 +91,7 @@ func (d *decoder) service(n *yaml.Node, p string) (s Service, err error) {
 		return s, err
 	}
 	if s.Kind == "" {
-		return s, d.errf(n, p, "name the server: %s or %s", ServicePostgres, ServiceRedis)
+		return s, d.errf(n, p, "name the server: %s, %s or %s", ServicePostgres, ServiceRedis, ServiceMysql)
 	}
 	return s, nil
 }
@@ -120,6 +120,12 @@ func (d *decoder) serviceKind(n *yaml.Node, p string, s *Service) error {
 			field{"database", func(v *yaml.Node, fp string) error { return d.sqlName(v, fp, &s.Database) }},
 			field{"user", func(v *yaml.Node, fp string) error { return d.sqlName(v, fp, &s.User) }},
 		}
+	case ServiceMysql:
+		s.Database, s.User = DefaultServiceDB, DefaultServiceDB
+		fields = []field{fixtures,
+			field{"database", func(v *yaml.Node, fp string) error { return d.mysqlName(v, fp, &s.Database) }},
+			field{"user", func(v *yaml.Node, fp string) error { return d.mysqlName(v, fp, &s.User) }},
+		}
 	case ServiceRedis:
 		fields = []field{fixtures}
 	}
@@ -142,6 +148,18 @@ func (d *decoder) sqlName(n *yaml.Node, p string, dst *string) error {
 		return d.errf(n, p, "%q: expected lower-case letters, digits and _ (up to 63, not starting with a digit), and not postgres, cordon or pg_*", s)
 	}
 	*dst = s
+	return nil
+}
+
+// mysqlName is sqlName less the names MariaDB keeps for itself (its system schemas, its root).
+func (d *decoder) mysqlName(n *yaml.Node, p string, dst *string) error {
+	if err := d.sqlName(n, p, dst); err != nil {
+		return err
+	}
+	switch *dst {
+	case "mysql", "root", "sys", "information_schema", "performance_schema", "mariadb.sys":
+		return d.errf(n, p, "%q is MariaDB's own; choose another name", *dst)
+	}
 	return nil
 }
 
@@ -191,8 +209,11 @@ func (d *decoder) checkServices(p *Policy, services *yaml.Node) error {
 
 // ServicePort is the port a kind of service answers on inside the sandbox: its protocol's usual one.
 func ServicePort(kind string) uint16 {
-	if kind == ServiceRedis {
+	switch kind {
+	case ServiceRedis:
 		return 6379
+	case ServiceMysql:
+		return 3306
 	}
 	return 5432
 }
@@ -201,6 +222,7 @@ func ServicePort(kind string) uint16 {
 type docService struct {
 	Postgres *docServiceKind `yaml:"postgres,omitempty"`
 	Redis    *docServiceKind `yaml:"redis,omitempty"`
+	Mysql    *docServiceKind `yaml:"mysql,omitempty"`
 	Env      string          `yaml:"env,omitempty"`
 }
 
@@ -220,9 +242,12 @@ func docServices(services []Service) *yaml.Node {
 	for _, s := range services {
 		k := &docServiceKind{Fixtures: s.Fixtures, Restore: s.Restore, Database: s.Database, User: s.User}
 		ds := docService{Env: s.Env}
-		if s.Kind == ServiceRedis {
+		switch s.Kind {
+		case ServiceRedis:
 			ds.Redis = k
-		} else {
+		case ServiceMysql:
+			ds.Mysql = k
+		default:
 			ds.Postgres = k
 		}
 		var v yaml.Node

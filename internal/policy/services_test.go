@@ -20,6 +20,9 @@ services:
     env: REDIS_URL
   plain:
     postgres:
+  my:
+    mysql: {fixtures: [db/mysql.sql], database: shop, user: clerk}
+    env: MYSQL_URL
 `
 	p, err := Parse("p.yaml", []byte(src), testOpts)
 	if err != nil {
@@ -30,6 +33,7 @@ services:
 			Database: "shop", User: "app", Env: "DATABASE_URL", Line: 3},
 		{Name: "cache", Kind: ServiceRedis, Env: "REDIS_URL", Line: 9},
 		{Name: "plain", Kind: ServicePostgres, Database: "app", User: "app", Line: 12},
+		{Name: "my", Kind: ServiceMysql, Fixtures: []string{"db/mysql.sql"}, Database: "shop", User: "clerk", Env: "MYSQL_URL", Line: 14},
 	}
 	if !reflect.DeepEqual(p.Services, want) {
 		t.Fatalf("services\n got %+v\nwant %+v", p.Services, want)
@@ -53,8 +57,10 @@ services:
 func TestParseServicesErrors(t *testing.T) {
 	tests := []struct{ name, services, want string }{
 		{"unknown kind", "  db:\n    mongo: {}\n", "4:5: services.db.mongo: unknown field (expected one of postgres, redis, mysql, env)"},
-		{"mysql", "  db:\n    mysql: {}\n", "4:12: services.db.mysql: MariaDB/MySQL services are not supported by this cordon yet"},
-		{"no kind", "  db:\n    env: X\n", "4:5: services.db: name the server: postgres or redis"},
+		{"mysql restore", "  db:\n    mysql: {restore: x.dump}\n", "4:13: services.db.mysql.restore: unknown field (expected one of fixtures, database, user)"},
+		{"mysql root", "  db:\n    mysql: {user: root}\n", `4:19: services.db.mysql.user: "root" is MariaDB's own`},
+		{"mysql schema", "  db:\n    mysql: {database: mysql}\n", `services.db.mysql.database: "mysql" is MariaDB's own`},
+		{"no kind", "  db:\n    env: X\n", "4:5: services.db: name the server: postgres, redis or mysql"},
 		{"two kinds", "  db:\n    postgres: {}\n    redis: {}\n", "5:12: services.db.redis: a service is one server: postgres is already given"},
 		{"outside", "  db:\n    postgres: {fixtures: [../secret.sql]}\n", `4:27: services.db.postgres.fixtures[0]: "../secret.sql" is outside the project`},
 		{"absolute", "  db:\n    postgres: {fixtures: [/etc/passwd]}\n", `services.db.postgres.fixtures[0]: "/etc/passwd" is outside the project`},

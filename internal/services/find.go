@@ -20,15 +20,22 @@ type Binaries struct {
 	Version string
 	// Major is the part of the version a data directory is bound to ("15"; "7" for redis).
 	Major string
+	// Progs are the programs found, the server first (for mysql: MariaDB's names or MySQL's).
+	Progs []string
+	// paths are the programs' own paths where they are not all in Dir (MariaDB's server is in
+	// /usr/sbin, its client and installer in /usr/bin).
+	paths map[string]string
 }
 
 // debianPackage is what to install for a kind whose binaries are missing.
-var debianPackage = map[string]string{"postgres": "postgresql", "redis": "redis-server"}
+var debianPackage = map[string]string{"postgres": "postgresql", "redis": "redis-server", "mysql": "mariadb-server"}
 
 // required are each kind's programs; the first is the server, whose --version is read.
 var required = map[string][]string{
 	"postgres": {"postgres", "initdb", "psql", "pg_restore"},
 	"redis":    {"redis-server"},
+	// MariaDB's names (MySQL's are mysqlNames): server, data directory initialiser, client.
+	"mysql": {"mariadbd", "mariadb-install-db", "mariadb"},
 }
 
 // Find looks for a kind's programs: PostgreSQL's in the newest /usr/lib/postgresql/N/bin (where
@@ -42,7 +49,11 @@ func Find(kind, path string) (Binaries, error) {
 		dirs = append(dirs, versions...)
 	}
 	dirs = append(dirs, filepath.SplitList(path)...)
-	return findIn(kind, append(dirs, "/usr/bin", "/usr/sbin", "/usr/local/bin"))
+	dirs = append(dirs, "/usr/bin", "/usr/sbin", "/usr/local/bin")
+	if kind == "mysql" {
+		return findMysql(dirs)
+	}
+	return findIn(kind, dirs)
 }
 
 // findIn is Find over the directories given, in order.
@@ -71,7 +82,12 @@ func findIn(kind string, dirs []string) (Binaries, error) {
 }
 
 // Path is the full path of one of the kind's programs.
-func (b Binaries) Path(prog string) string { return filepath.Join(b.Dir, prog) }
+func (b Binaries) Path(prog string) string {
+	if p, ok := b.paths[prog]; ok {
+		return p
+	}
+	return filepath.Join(b.Dir, prog)
+}
 
 func allIn(dir string, progs []string) bool {
 	for _, p := range progs {
@@ -92,8 +108,11 @@ func majorOf(binDir string) int {
 // (No regular expression: this package is linked into every start of cordon, its init included.)
 func parseVersion(kind string, out []byte) string {
 	marker := "(PostgreSQL) "
-	if kind == "redis" {
+	switch kind {
+	case "redis":
 		marker = " v="
+	case "mysql":
+		marker = " Ver "
 	}
 	_, rest, ok := strings.Cut(string(out), marker)
 	if !ok {
@@ -111,4 +130,4 @@ func parseVersion(kind string, out []byte) string {
 }
 
 // Kinds are the kinds of service this cordon can start, for cordon doctor.
-func Kinds() []string { return []string{"postgres", "redis"} }
+func Kinds() []string { return []string{"postgres", "redis", "mysql"} }

@@ -60,6 +60,8 @@ func TestParseVersion(t *testing.T) {
 		{"postgres", "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n", "15.18"},
 		{"postgres", "postgres (PostgreSQL) 17beta1\n", "17"},
 		{"redis", "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64\n", "7.0.15"},
+		{"mysql", "/usr/sbin/mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for debian-linux-gnu on x86_64 (Debian 12)\n", "10.11.19"},
+		{"mysql", "/usr/sbin/mysqld  Ver 8.0.36 for Linux on x86_64 (MySQL Community Server - GPL)\n", "8.0.36"},
 		{"redis", "something else\n", ""},
 		{"postgres", "(PostgreSQL) .", ""},
 	} {

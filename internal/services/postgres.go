@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
 // superuser is the template cluster's bootstrap role. Only cordon logs in as it, with a password
@@ -64,33 +66,10 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	if err := checkSocketPath(sock); err != nil {
 		return nil, err
 	}
-	rd, err := cloneTemplate(ctx, opts.IDs, tmpl, dir)
-	if err != nil {
-		return nil, err
-	}
-	start := func() (*process, error) {
-		return spawnOn(opts.IDs, rd.ov, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT, []string{"LC_ALL=C.UTF-8"},
-			append([]string{bins.Path("postgres")}, postgresArgs(rd.data, dir)...)...)
-	}
-	p, err := start()
-	if err != nil {
-		return nil, err
-	}
+	p, err := startOnClone(ctx, opts.IDs, tmpl, dir, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT,
+		func(data string) []string { return append([]string{bins.Path("postgres")}, postgresArgs(data, dir)...) },
+		func(rd runData) bool { return pgReady(rd.ready) })
 	srv := &Server{Name: sp.Name, Kind: sp.Kind, Version: bins.Version, Socket: sock, Port: 5432, proc: p}
-	err = p.waitReady(ctx, func() bool { return pgReady(rd.ready) })
-	if err != nil && rd.ov != nil && p.exitCode() == mountRefused {
-		// The kernel refused the overlay in the server's namespace: the run gets a copy instead.
-		slog.Warn("services: no overlay on the template in the server's namespace; copying it", "service", sp.Name,
-			"reason", strings.TrimPrefix(logTail(p.log), mountRefusedPrefix))
-		if rd, err = copyInstead(ctx, rd, tmpl); err != nil {
-			return srv, err
-		}
-		if p, err = start(); err != nil {
-			return srv, err
-		}
-		srv.proc = p
-		err = p.waitReady(ctx, func() bool { return pgReady(rd.ready) })
-	}
 	if err != nil {
 		return srv, err
 	}
@@ -156,11 +135,40 @@ func cloneTemplate(ctx context.Context, ids IDs, tmpl, dir string) (runData, err
 	return copyInstead(ctx, runData{data: data}, tmpl)
 }
 
+// startOnClone makes a run's data directory from tmpl below dir (cloneTemplate), starts the server
+// argv gives for the data directory it sees, and waits until ready says so. Where the server's helper
+// could not mount the overlay, it starts the server again on a copy, the kernel's reason logged. The
+// process comes back with an error too, for Stop to end.
+func startOnClone(ctx context.Context, ids IDs, tmpl, dir, logPath string, stopSig syscall.Signal,
+	argv func(data string) []string, ready func(runData) bool) (*process, error) {
+	rd, err := cloneTemplate(ctx, ids, tmpl, dir)
+	if err != nil {
+		return nil, err
+	}
+	start := func() (*process, error) {
+		p, err := spawnOn(ids, rd.ov, logPath, stopSig, []string{"LC_ALL=C.UTF-8"}, argv(rd.data)...)
+		if err != nil {
+			return nil, err
+		}
+		return p, p.waitReady(ctx, func() bool { return ready(rd) })
+	}
+	p, err := start()
+	if err != nil && rd.ov != nil && p.exitCode() == mountRefused {
+		slog.Warn("services: no overlay on the template in the server's namespace; copying it", "server", p.name,
+			"reason", strings.TrimPrefix(logTail(p.log), mountRefusedPrefix))
+		if rd, err = copyInstead(ctx, rd, tmpl); err != nil {
+			return p, err
+		}
+		p, err = start()
+	}
+	return p, err
+}
+
 // copyInstead replaces an overlay's directories with a copy of the template.
 func copyInstead(ctx context.Context, rd runData, tmpl string) (runData, error) {
 	dir := filepath.Dir(rd.data)
 	for _, d := range []string{"upper", "work", "data"} {
-		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+		if err := runstate.RemoveAll(filepath.Join(dir, d)); err != nil {
 			return rd, err
 		}
 	}

@@ -87,8 +87,11 @@ func (p *process) exited() error {
 	}
 }
 
-// exitCode is the server's exit status once it has exited, else -1.
+// exitCode is the server's exit status once it has exited, else -1 (also for no server).
 func (p *process) exitCode() int {
+	if p == nil {
+		return -1
+	}
 	select {
 	case <-p.done:
 		return p.cmd.ProcessState.ExitCode()

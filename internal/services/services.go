@@ -134,6 +134,8 @@ func Start(ctx context.Context, opts Options, specs []Spec) (_ *Set, err error) 
 			srv, err = startPostgres(ctx, opts, sp, dir)
 		case "redis":
 			srv, err = startRedis(ctx, opts, sp, dir)
+		case "mysql":
+			srv, err = startMysql(ctx, opts, sp, dir)
 		default:
 			err = fmt.Errorf("unknown kind %q", sp.Kind)
 		}
