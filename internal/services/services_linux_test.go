@@ -137,7 +137,7 @@ func TestSweep(t *testing.T) {
 // TestPostgresTemplateUntouched attacks the template through a run that writes (a table, rows, a
 // vacuum, an update, a clean shutdown): the template's files stay byte-identical, and a second run sees none of
 // the first run's rows. As an ordinary user the overlay is the server's own (MountMain); as root
-// cordon's. The control: the first run itself sees its rows.
+// cordon's. The server holds no capability. The control: the first run itself sees its rows.
 func TestPostgresTemplateUntouched(t *testing.T) {
 	need(t, "postgres")
 	opts := testOptions(t, nil)
@@ -159,6 +159,19 @@ func TestPostgresTemplateUntouched(t *testing.T) {
 	data := filepath.Join(opts.Runtime, "run1", "db", "data")
 	if mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", srv.proc.cmd.Process.Pid)); err != nil || !strings.Contains(string(mi), " "+data+" ") {
 		t.Errorf("the server's data directory %s is not a mount (a copy?): %v", data, err)
+	}
+	// The helper's capabilities (CAP_SYS_ADMIN, CAP_DAC_OVERRIDE in the server's user namespace)
+	// are gone before the server runs.
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", srv.proc.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		for _, set := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapAmb:"} {
+			if v, ok := strings.CutPrefix(line, set); ok && strings.Trim(strings.TrimSpace(v), "0") != "" {
+				t.Errorf("the server holds capabilities: %s", line)
+			}
+		}
 	}
 	for _, sql := range []string{"CREATE TABLE t AS SELECT g AS n FROM generate_series(1, 5000) g", "VACUUM FULL", "UPDATE t SET n = n + 1"} {
 		if out, err := psql(t, srv, sql); err != nil {
