@@ -134,14 +134,39 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestPostgresTemplateUntouched attacks the template through a run that writes (a table, rows, a
-// vacuum, an update, a clean shutdown): the template's files stay byte-identical, and a second run sees none of
-// the first run's rows. As an ordinary user the overlay is the server's own (MountMain); as root
-// cordon's. The server holds no capability. The control: the first run itself sees its rows.
-func TestPostgresTemplateUntouched(t *testing.T) {
-	need(t, "postgres")
+// TestTemplateUntouched attacks the template through a run that writes (a table, rows, a vacuum or
+// optimize, an update, a clean shutdown): the template's files stay byte-identical, and a second run
+// sees none of the first run's rows. As an ordinary user the overlay is the server's own
+// (MountMain); as root cordon's. The server holds no capability. The control: the first run itself
+// sees its rows. For PostgreSQL and MariaDB, whose data directories both come from templates.
+func TestTemplateUntouched(t *testing.T) {
+	for _, c := range []struct {
+		kind                string
+		writes              []string
+		count, want, absent string
+	}{
+		{"postgres", []string{"CREATE TABLE t AS SELECT g AS n FROM generate_series(1, 5000) g", "VACUUM FULL", "UPDATE t SET n = n + 1"},
+			"SELECT count(*) FROM t", "5000", "SELECT count(*) FROM pg_tables WHERE tablename = 't'"},
+		{"mysql", []string{"CREATE TABLE t (n int); INSERT INTO t VALUES (1), (2), (3), (4), (5000)", "OPTIMIZE TABLE t", "UPDATE t SET n = n + 1"},
+			"SELECT count(*) FROM t", "5", "SELECT count(*) FROM information_schema.tables WHERE table_name = 't'"},
+	} {
+		t.Run(c.kind, func(t *testing.T) { templateUntouched(t, c.kind, c.writes, c.count, c.want, c.absent) })
+	}
+}
+
+// query runs sql through the server kind's real client as the run's user.
+func query(t *testing.T, srv *Server, sql string) (string, error) {
+	if srv.Kind == "mysql" {
+		pass := strings.TrimPrefix(strings.Split(srv.URL, "@")[0], "mysql://app:")
+		return mariadb(t, srv.Socket, "app", pass, "app", sql)
+	}
+	return psql(t, srv, sql)
+}
+
+func templateUntouched(t *testing.T, kind string, writes []string, count, want, absent string) {
+	need(t, kind)
 	opts := testOptions(t, nil)
-	spec := []Spec{{Name: "db", Kind: "postgres", Database: "app", User: "app", Where: "p.yaml:3"}}
+	spec := []Spec{{Name: "db", Kind: kind, Database: "app", User: "app", Where: "p.yaml:3"}}
 	start := func(run string) (*Set, *Server) {
 		o := opts
 		o.RunID = run
@@ -173,12 +198,12 @@ func TestPostgresTemplateUntouched(t *testing.T) {
 			}
 		}
 	}
-	for _, sql := range []string{"CREATE TABLE t AS SELECT g AS n FROM generate_series(1, 5000) g", "VACUUM FULL", "UPDATE t SET n = n + 1"} {
-		if out, err := psql(t, srv, sql); err != nil {
+	for _, sql := range writes {
+		if out, err := query(t, srv, sql); err != nil {
 			t.Fatalf("%s: %s: %v", sql, out, err)
 		}
 	}
-	if out, err := psql(t, srv, "SELECT count(*) FROM t"); err != nil || out != "5000" {
+	if out, err := query(t, srv, count); err != nil || out != want {
 		t.Fatalf("control: the run's own rows: %q, %v", out, err)
 	}
 	if err := set.Stop(); err != nil { // a clean shutdown writes every page it changed
@@ -193,7 +218,7 @@ func TestPostgresTemplateUntouched(t *testing.T) {
 		t.Errorf("the template changed (%d files before, %d after)", len(before), len(after))
 	}
 	_, srv2 := start("run2")
-	if out, err := psql(t, srv2, "SELECT count(*) FROM pg_tables WHERE tablename = 't'"); err != nil || out != "0" {
+	if out, err := query(t, srv2, absent); err != nil || out != "0" {
 		t.Errorf("the second run sees the first run's table: %q, %v", out, err)
 	}
 }
