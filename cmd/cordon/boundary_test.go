@@ -389,7 +389,7 @@ func killNine(t *testing.T, h *harness, pol string) {
 		for _, g := range cgroupsNamed("cordon-") {
 			before[g] = true
 		}
-		mountsBefore := hostMounts(t)
+		mountsBefore := hostMounts(t, h.base)
 		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", pol, "--", "sh", "-c", "sleep " + marker + " & sleep " + marker + " & echo READY; wait"})...)
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
@@ -469,7 +469,7 @@ func killNine(t *testing.T, h *harness, pol string) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if after := hostMounts(t); !slices.Equal(after, mountsBefore) {
+		if after := hostMounts(t, h.base); !slices.Equal(after, mountsBefore) {
 			t.Fatalf("the host's mounts changed across the killed run:\nbefore %q\nafter  %q", mountsBefore, after)
 		}
 	}
@@ -517,17 +517,29 @@ func stillAlive(pids []string) []string {
 }
 
 // hostMounts is the host's mount table (mount point and source of each), sorted.
-func hostMounts(t *testing.T) []string {
+//
+// Other packages' tests run at the same time and mount in the host's namespace too (internal/services
+// mounts a fixture server's data as root): mount points under the temporary directory are kept only
+// when they are under own, the test's own directory, and fixture servers' mounts (a run of this test
+// starts none) are left out.
+func hostMounts(t *testing.T, own string) []string {
 	t.Helper()
+	tmp := os.TempDir()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.Fields(l); len(f) > 4 {
-			out = append(out, f[3]+" "+f[4])
+		f := strings.Fields(l)
+		if len(f) <= 4 {
+			continue
 		}
+		point := f[4]
+		if within(point, tmp) && !within(point, own) || within(point, "/run/cordon/services") {
+			continue
+		}
+		out = append(out, f[3]+" "+point)
 	}
 	slices.Sort(out)
 	return out
