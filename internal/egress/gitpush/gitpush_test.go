@@ -43,6 +43,15 @@ func TestRead(t *testing.T) {
 		{name: "probe: flush alone", body: "0000"},
 		{name: "push options", body: pkt(oidA+" "+oidB+" refs/heads/a\x00push-options\n") + "0000" + pkt("ci.skip\n") + pkt("merge_request.create\n") + "0000" + pack,
 			want: []Command{{oidA, oidB, "refs/heads/a"}}, options: []string{"ci.skip", "merge_request.create"}},
+		// parse_feature_request separates features by isspace, not only " ": a tab or a CR before
+		// push-options still turns them on in receive-pack, so they must be read (and judged) here.
+		{name: "push options after a tab", body: pkt(oidA+" "+oidB+" refs/heads/a\x00report-status\tpush-options\n") + "0000" + pkt("merge_request.create\n") + "0000" + pack,
+			want: []Command{{oidA, oidB, "refs/heads/a"}}, caps: []string{"report-status", "push-options"}, options: []string{"merge_request.create"}},
+		{name: "push options after a CR", body: pkt(oidA+" "+oidB+" refs/heads/a\x00report-status\rpush-options\n") + "0000" + pkt("merge_request.create\n") + "0000" + pack,
+			want: []Command{{oidA, oidB, "refs/heads/a"}}, options: []string{"merge_request.create"}},
+		// The feature list is a C string to receive-pack: what follows a second NUL is not read.
+		{name: "a second NUL ends the capabilities", body: pkt(oidA+" "+oidB+" refs/heads/a\x00report-status\x00 push-options\n") + "0000" + pack,
+			want: []Command{{oidA, oidB, "refs/heads/a"}}, caps: []string{"report-status"}},
 		{name: "gzip", encoding: "gzip", body: gz(pkt(oidA+" "+oidB+" refs/heads/main\n") + "0000" + pack), want: []Command{{oidA, oidB, "refs/heads/main"}}},
 		{name: "x-gzip upper case", encoding: "X-GZIP", body: gz(pkt(oidA+" "+oidB+" refs/heads/main\n") + "0000"), want: []Command{{oidA, oidB, "refs/heads/main"}}},
 

@@ -140,12 +140,12 @@ func parse(pr *pktReader) (*Request, error) {
 			continue
 		}
 		cmd, caps, _ := bytes.Cut(line, []byte{0})
-		if bytes.IndexByte(line, 0) >= 0 {
-			for _, c := range strings.Split(string(caps), " ") {
-				if c != "" {
-					req.Capabilities = append(req.Capabilities, c)
-				}
-			}
+		// receive-pack reads the features as a C string (up to the next NUL) and parse_feature_request
+		// separates them by git's isspace (space, tab, LF, CR): split on " " alone, "report-status\tpush-options"
+		// would hide push options from the rule that git still reads and the server acts on.
+		caps, _, _ = bytes.Cut(caps, []byte{0})
+		for _, c := range strings.FieldsFunc(string(caps), gitSpace) {
+			req.Capabilities = append(req.Capabilities, c)
 		}
 		if string(cmd) == "push-cert" {
 			return nil, ErrSigned
@@ -170,6 +170,9 @@ func parse(pr *pktReader) (*Request, error) {
 	}
 	return req, nil
 }
+
+// gitSpace is git's isspace (sane_ctype's GIT_SPACE): not \v or \f, unlike unicode.IsSpace.
+func gitSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 // parseCommand reads "old-oid SP new-oid SP refname", as receive-pack's queue_command: both names of
 // the same length (SHA-1 or SHA-256), the ref name the rest of the line.
