@@ -505,15 +505,16 @@ func startLazySync(rec *runstate.Run) *lazySync {
 	return s
 }
 
-// stop cancels a sync not yet begun, or waits for the one that ran; it says whether one did, and
-// how it ended. Later calls return the same.
+// stop cancels a sync not yet begun, or waits for the one that ran; it says whether one made the
+// record durable (ran and succeeded: a failed one leaves the whole record to finish's Sync), and how
+// it ended. Later calls return the same.
 func (s *lazySync) stop() (bool, error) {
 	s.once.Do(func() {
 		if !s.timer.Stop() {
 			s.ran, s.err = true, <-s.done
 		}
 	})
-	return s.ran, s.err
+	return s.ran && s.err == nil, s.err
 }
 
 // keepReason decides whether a finished run that changed `changed` paths stays in the store, and why.
