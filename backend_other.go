@@ -6,7 +6,7 @@ import "github.com/cordon-sandbox/cordon/internal/sandbox"
 
 // newBackend is the box for an Isolation that check has accepted: none on this platform, whose
 // Launch says so.
-func newBackend(Isolation, string, []string) (sandbox.Backend, error) {
+func newBackend(Isolation, string, []string, []string) (sandbox.Backend, error) {
 	return sandbox.Unsupported{}, nil
 }
 

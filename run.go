@@ -170,7 +170,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend, err := newBackend(isolation, cmp.Or(cfg.Runsc, pol.Sandbox.Runsc), env)
+	backend, err := newBackend(isolation, cmp.Or(cfg.Runsc, pol.Sandbox.Runsc), env, append([]string{project}, pol.Filesystem.ReadWrite...))
 	if err != nil {
 		return nil, &SetupError{Err: err}
 	}

@@ -65,7 +65,7 @@ func TestFind(t *testing.T) {
 		{"no version", unknown, "", "", "", "cannot tell the date"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := Find(tc.path, tc.pathEnv, tc.home)
+			r, err := Find(tc.path, tc.pathEnv, tc.home, nil)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "go install gvisor.dev/gvisor/runsc@") {
 					t.Fatalf("Find = %+v, %v; want an error with %q and how to get runsc", r, err, tc.err)
@@ -80,7 +80,7 @@ func TestFind(t *testing.T) {
 	if p := "/root/go/bin/runsc"; os.Geteuid() == 0 {
 		if _, err := os.Stat(p); err == nil {
 			// A `go install`ed runsc carries its module version in its build information.
-			r, err := Find(p, "", "")
+			r, err := Find(p, "", "", nil)
 			if err != nil || r.Version != MinVersion && !strings.HasPrefix(r.Version, "v0.0.0-") {
 				t.Errorf("Find(%s) = %+v, %v", p, r, err)
 			}

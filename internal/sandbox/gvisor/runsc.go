@@ -36,8 +36,10 @@ type Runsc struct {
 }
 
 // Find locates runsc: at path when it is given (sandbox.runsc), else on PATH (the caller's, given
-// as pathEnv), else in $HOME/go/bin where `go install` leaves it, and checks its version.
-func Find(path, pathEnv, home string) (*Runsc, error) {
+// as pathEnv), else in $HOME/go/bin where `go install` leaves it, and checks its version. When
+// trusted is given, the file must pass it before anything runs it (its version is asked by
+// executing it, as the caller, root): the caller refuses there a runsc the sandbox could write.
+func Find(path, pathEnv, home string, trusted func(string) error) (*Runsc, error) {
 	if path == "" {
 		for _, dir := range filepath.SplitList(pathEnv) {
 			if p := filepath.Join(dir, "runsc"); dir != "" && filepath.IsAbs(dir) && isExec(p) {
@@ -58,6 +60,11 @@ func Find(path, pathEnv, home string) (*Runsc, error) {
 	}
 	if !isExec(abs) {
 		return nil, fmt.Errorf("%w at %s (not an executable file): %s", ErrNotFound, abs, HowToGet)
+	}
+	if trusted != nil {
+		if err := trusted(abs); err != nil {
+			return nil, err
+		}
 	}
 	v, err := version(abs)
 	if err != nil {

@@ -387,7 +387,7 @@ func existingBinds(config []byte) ([]byte, error) {
 			kept = append(kept, m)
 			continue
 		}
-		if !strings.HasPrefix(src, newRoot+"/") {
+		if !strings.HasPrefix(src, newRoot+"/") || filepath.Clean(src) != src {
 			return nil, fmt.Errorf("the runtime's config: bind source %q is outside the built root", src)
 		}
 		if _, err := os.Lstat(src); err == nil {

@@ -71,4 +71,10 @@ func TestExistingBinds(t *testing.T) {
 	if _, err := existingBinds(b); err == nil {
 		t.Error("a bind from outside the built root was accepted")
 	}
+	// The prefix alone is not enough: ".." leaves the built root by a path that starts inside it.
+	config["mounts"] = []any{map[string]any{"destination": "/etc/shadow", "type": "bind", "source": newRoot + "/../etc/shadow"}}
+	b, _ = json.Marshal(config)
+	if _, err := existingBinds(b); err == nil {
+		t.Error("a bind from outside the built root, through .., was accepted")
+	}
 }
