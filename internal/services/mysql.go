@@ -139,33 +139,12 @@ func isSocket(path string) bool {
 }
 
 // mysqlTemplate returns the template data directory for this server version, user and database,
-// making it if it is not there yet, and its root's password. Concurrent runs make it once.
+// making it if it is not there yet, and its root's password.
 func mysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec) (string, string, error) {
 	key := fmt.Sprintf("%s%s-v%d-%s-%s", bins.Progs[0], bins.Major, templateFormat, sp.User, sp.Database)
-	if err := mkdirAll(opts.Templates, 0o700); err != nil {
-		return "", "", err
-	}
-	tmpl := filepath.Join(opts.Templates, key)
-	read := func() (string, bool) {
-		pw, err := os.ReadFile(tmpl + ".password")
-		if _, serr := os.Stat(filepath.Join(tmpl, "mysql")); err != nil || serr != nil {
-			return "", false
-		}
-		return strings.TrimSpace(string(pw)), true
-	}
-	if pw, ok := read(); ok {
-		return tmpl, pw, nil
-	}
-	unlock, err := lockFile(tmpl + ".lock")
-	if err != nil {
-		return "", "", err
-	}
-	defer unlock()
-	if pw, ok := read(); ok {
-		return tmpl, pw, nil
-	}
-	pw, err := buildMysqlTemplate(ctx, opts, bins, sp, tmpl)
-	return tmpl, pw, err
+	return templateFor(opts, key, "mysql", func(tmpl string) (string, error) {
+		return buildMysqlTemplate(ctx, opts, bins, sp, tmpl)
+	})
 }
 
 // buildMysqlTemplate runs mariadb-install-db where the servers' id can reach it, gives root a
