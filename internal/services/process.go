@@ -40,7 +40,7 @@ type nsOverlay struct{ Lower, Upper, Work, Target string }
 // spawnOn is spawn, with ov (when not nil) mounted in a mount namespace of the server's own before
 // it runs: the program is this binary's own, as MountArg0, which mounts and then execs argv.
 func spawnOn(ids IDs, ov *nsOverlay, logPath string, stopSig syscall.Signal, env []string, argv ...string) (*process, error) {
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func spawnOn(ids IDs, ov *nsOverlay, logPath string, stopSig syscall.Signal, env
 	}()
 	if start, err := runstate.ProcessStart(cmd.Process.Pid); err == nil {
 		// Best effort: Sweep kills by this only what Pdeathsig did not.
-		_ = os.WriteFile(p.pidFile, fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start), 0o600)
+		_ = writeNoFollow(p.pidFile, fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start))
 	}
 	return p, nil
 }
@@ -227,13 +227,28 @@ func privateDir(ids IDs, dir string) error {
 	return nil
 }
 
+// writeNoFollow writes a 0600 file as os.WriteFile does, but never through a symbolic link: the
+// directories a template is made in and a service's own belong to the servers' id, and cordon, as
+// root, must not write where a link the servers' id put there leads.
+func writeNoFollow(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // writePrivate writes a 0600 file that belongs to the servers' id.
 func writePrivate(ids IDs, path string, data []byte) error {
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := writeNoFollow(path, data); err != nil {
 		return err
 	}
 	if ids.Switch {
-		return os.Chown(path, ids.UID, ids.GID)
+		return os.Lchown(path, ids.UID, ids.GID)
 	}
 	return nil
 }

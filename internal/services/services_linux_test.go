@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cordon-sandbox/cordon/internal/runstate"
@@ -274,5 +275,45 @@ func TestPostgresOverlayRefused(t *testing.T) {
 	data := filepath.Join(opts.Runtime, opts.RunID, "db", "data")
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
 		t.Errorf("no copy of the template: %v", err)
+	}
+}
+
+// TestNoWriteThroughLinks: where the servers' id could have put a symbolic link (the log and pid
+// files of a template being made, a service's own files), cordon writes nothing through it. The
+// control: the same writes at a plain path work.
+func TestNoWriteThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"server.log", "server.pid", "redis.conf"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writePrivate(IDs{}, filepath.Join(dir, "redis.conf"), []byte("x\n")); err == nil {
+		t.Error("writePrivate wrote through a link")
+	}
+	if p, err := spawn(IDs{}, filepath.Join(dir, "server.log"), syscall.SIGTERM, nil, "/bin/true"); err == nil {
+		p.stop()
+		t.Error("spawn opened its log through a link")
+	}
+	if err := writeNoFollow(filepath.Join(dir, "server.pid"), []byte("1 1\n")); err == nil {
+		t.Error("writeNoFollow wrote through a link")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	if err := writePrivate(IDs{}, filepath.Join(dir, "plain.conf"), []byte("x\n")); err != nil {
+		t.Errorf("control: %v", err)
+	}
+	p, err := spawn(IDs{}, filepath.Join(dir, "plain.log"), syscall.SIGTERM, nil, "/bin/sleep", "5")
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	p.stop()
+	if _, err := os.Stat(filepath.Join(dir, "plain.pid")); err != nil {
+		t.Errorf("control: no pid file: %v", err)
 	}
 }
