@@ -183,10 +183,19 @@ func logTail(path string) string {
 	return strings.Join(lines, " | ")
 }
 
-// killRecorded kills the servers a run's directory records, where they still run.
+// killRecorded kills the servers a run's directory records, where they still run. Only a pid file
+// cordon wrote counts: a template's work directory belongs to the servers' id, and a file or link
+// of theirs must not make root kill a process of someone else's.
 func killRecorded(dir string) {
 	pids, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
 	for _, f := range pids {
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
 		if pid, start, ok := readPidFile(f); ok && runstate.Alive(pid, start) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
@@ -315,5 +316,51 @@ func TestNoWriteThroughLinks(t *testing.T) {
 	p.stop()
 	if _, err := os.Stat(filepath.Join(dir, "plain.pid")); err != nil {
 		t.Errorf("control: no pid file: %v", err)
+	}
+}
+
+// TestKillRecordedOnlyOwnPidFiles: Sweep kills a process a pid file names only when cordon wrote
+// the file: not through a link, not from a file of another id (a template's work directory belongs
+// to the servers' id). The control: the same process, named by a file of cordon's, is killed.
+func TestKillRecordedOnlyOwnPidFiles(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	defer cmd.Process.Kill()
+	start, err := runstate.ProcessStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start)
+	real, forged := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(real, "x.pid"), line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(real, "x.pid"), filepath.Join(forged, "link.pid")); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		other := filepath.Join(forged, "other.pid")
+		if err := os.WriteFile(other, line, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(other, 2000065000, 2000065000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killRecorded(forged)
+	select {
+	case <-done:
+		t.Fatal("a pid file cordon did not write killed the process")
+	case <-time.After(200 * time.Millisecond):
+	}
+	killRecorded(real)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("control: cordon's own pid file did not kill the process")
 	}
 }
