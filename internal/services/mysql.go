@@ -50,21 +50,15 @@ func startMysql(ctx context.Context, opts Options, sp Spec, runDir string) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range sp.Fixtures {
-		if _, err := resolveFixture(opts.Project, f); err != nil {
-			return nil, err
-		}
+	if err := checkFixtures(opts, sp.Fixtures); err != nil {
+		return nil, err
 	}
 	tmpl, rootPass, err := mysqlTemplate(ctx, opts, bins, sp)
 	if err != nil {
 		return nil, fmt.Errorf("preparing the template data directory: %w", err)
 	}
-	dir := filepath.Join(runDir, sp.Name)
-	if err := privateDir(opts.IDs, dir); err != nil {
-		return nil, err
-	}
-	sock := filepath.Join(dir, mysqlSocket)
-	if err := checkSocketPath(sock); err != nil {
+	dir, sock, err := serviceDir(opts, runDir, sp.Name, mysqlSocket)
+	if err != nil {
 		return nil, err
 	}
 	p, err := startOnClone(ctx, opts.IDs, tmpl, dir, filepath.Join(runDir, sp.Name+".log"), syscall.SIGTERM,

@@ -43,27 +43,21 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	if err != nil {
 		return nil, err
 	}
-	// Fixtures are checked before anything starts: a path that leads out of the project stops it.
 	var files []string
 	for _, f := range append([]string{sp.Restore}, sp.Fixtures...) {
-		if f == "" {
-			continue
+		if f != "" {
+			files = append(files, f)
 		}
-		if _, err := resolveFixture(opts.Project, f); err != nil {
-			return nil, err
-		}
-		files = append(files, f)
+	}
+	if err := checkFixtures(opts, files); err != nil {
+		return nil, err
 	}
 	tmpl, superPass, err := pgTemplate(ctx, opts, bins, sp)
 	if err != nil {
 		return nil, fmt.Errorf("preparing the template cluster: %w", err)
 	}
-	dir := filepath.Join(runDir, sp.Name)
-	if err := privateDir(opts.IDs, dir); err != nil {
-		return nil, err
-	}
-	sock := filepath.Join(dir, ".s.PGSQL.5432")
-	if err := checkSocketPath(sock); err != nil {
+	dir, sock, err := serviceDir(opts, runDir, sp.Name, ".s.PGSQL.5432")
+	if err != nil {
 		return nil, err
 	}
 	p, err := startOnClone(ctx, opts.IDs, tmpl, dir, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT,

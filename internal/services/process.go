@@ -262,6 +262,31 @@ func writePrivate(ids IDs, path string, data []byte) error {
 	return nil
 }
 
+// checkFixtures checks a service's fixtures before anything starts: a path that leads out of the
+// project, or to no regular file, stops it.
+func checkFixtures(opts Options, files []string) error {
+	for _, f := range files {
+		if _, err := resolveFixture(opts.Project, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serviceDir makes a service's own directory below runDir (privateDir) and returns it with the
+// path of the socket sockName in it, which must fit a unix socket's address.
+func serviceDir(opts Options, runDir, name, sockName string) (dir, sock string, err error) {
+	dir = filepath.Join(runDir, name)
+	if err := privateDir(opts.IDs, dir); err != nil {
+		return "", "", err
+	}
+	sock = filepath.Join(dir, sockName)
+	if err := checkSocketPath(sock); err != nil {
+		return "", "", err
+	}
+	return dir, sock, nil
+}
+
 // maxSocketPath is the longest path a unix socket can be bound at (sun_path less its NUL).
 const maxSocketPath = 107
 
