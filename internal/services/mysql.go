@@ -50,21 +50,15 @@ func startMysql(ctx context.Context, opts Options, sp Spec, runDir string) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range sp.Fixtures {
-		if _, err := resolveFixture(opts.Project, f); err != nil {
-			return nil, err
-		}
+	if err := checkFixtures(opts, sp.Fixtures); err != nil {
+		return nil, err
 	}
 	tmpl, rootPass, err := mysqlTemplate(ctx, opts, bins, sp)
 	if err != nil {
 		return nil, fmt.Errorf("preparing the template data directory: %w", err)
 	}
-	dir := filepath.Join(runDir, sp.Name)
-	if err := privateDir(opts.IDs, dir); err != nil {
-		return nil, err
-	}
-	sock := filepath.Join(dir, mysqlSocket)
-	if err := checkSocketPath(sock); err != nil {
+	dir, sock, err := serviceDir(opts, runDir, sp.Name, mysqlSocket)
+	if err != nil {
 		return nil, err
 	}
 	p, err := startOnClone(ctx, opts.IDs, tmpl, dir, filepath.Join(runDir, sp.Name+".log"), syscall.SIGTERM,
@@ -139,33 +133,12 @@ func isSocket(path string) bool {
 }
 
 // mysqlTemplate returns the template data directory for this server version, user and database,
-// making it if it is not there yet, and its root's password. Concurrent runs make it once.
+// making it if it is not there yet, and its root's password.
 func mysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec) (string, string, error) {
 	key := fmt.Sprintf("%s%s-v%d-%s-%s", bins.Progs[0], bins.Major, templateFormat, sp.User, sp.Database)
-	if err := mkdirAll(opts.Templates, 0o700); err != nil {
-		return "", "", err
-	}
-	tmpl := filepath.Join(opts.Templates, key)
-	read := func() (string, bool) {
-		pw, err := os.ReadFile(tmpl + ".password")
-		if _, serr := os.Stat(filepath.Join(tmpl, "mysql")); err != nil || serr != nil {
-			return "", false
-		}
-		return strings.TrimSpace(string(pw)), true
-	}
-	if pw, ok := read(); ok {
-		return tmpl, pw, nil
-	}
-	unlock, err := lockFile(tmpl + ".lock")
-	if err != nil {
-		return "", "", err
-	}
-	defer unlock()
-	if pw, ok := read(); ok {
-		return tmpl, pw, nil
-	}
-	pw, err := buildMysqlTemplate(ctx, opts, bins, sp, tmpl)
-	return tmpl, pw, err
+	return templateFor(opts, key, "mysql", func(tmpl string) (string, error) {
+		return buildMysqlTemplate(ctx, opts, bins, sp, tmpl)
+	})
 }
 
 // buildMysqlTemplate runs mariadb-install-db where the servers' id can reach it, gives root a

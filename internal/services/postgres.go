@@ -43,27 +43,21 @@ func startPostgres(ctx context.Context, opts Options, sp Spec, runDir string) (*
 	if err != nil {
 		return nil, err
 	}
-	// Fixtures are checked before anything starts: a path that leads out of the project stops it.
 	var files []string
 	for _, f := range append([]string{sp.Restore}, sp.Fixtures...) {
-		if f == "" {
-			continue
+		if f != "" {
+			files = append(files, f)
 		}
-		if _, err := resolveFixture(opts.Project, f); err != nil {
-			return nil, err
-		}
-		files = append(files, f)
+	}
+	if err := checkFixtures(opts, files); err != nil {
+		return nil, err
 	}
 	tmpl, superPass, err := pgTemplate(ctx, opts, bins, sp)
 	if err != nil {
 		return nil, fmt.Errorf("preparing the template cluster: %w", err)
 	}
-	dir := filepath.Join(runDir, sp.Name)
-	if err := privateDir(opts.IDs, dir); err != nil {
-		return nil, err
-	}
-	sock := filepath.Join(dir, ".s.PGSQL.5432")
-	if err := checkSocketPath(sock); err != nil {
+	dir, sock, err := serviceDir(opts, runDir, sp.Name, ".s.PGSQL.5432")
+	if err != nil {
 		return nil, err
 	}
 	p, err := startOnClone(ctx, opts.IDs, tmpl, dir, filepath.Join(runDir, sp.Name+".log"), syscall.SIGQUIT,
@@ -238,17 +232,24 @@ const templateFormat = 2
 
 // pgTemplate returns the template cluster for this server version, role and database, making it
 // (initdb, the role and database created) if it is not there yet, and the superuser's password.
-// Concurrent runs make it once: the first takes a lock, the others wait for it.
 func pgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec) (string, string, error) {
 	key := fmt.Sprintf("postgres%s-v%d-%s-%s", bins.Major, templateFormat, sp.User, sp.Database)
+	return templateFor(opts, key, "PG_VERSION", func(tmpl string) (string, error) {
+		return buildPgTemplate(ctx, opts, bins, sp, tmpl)
+	})
+}
+
+// templateFor returns the template key names in the template store, with the password cordon logs
+// in with, making it with build if it is not there yet (marker, a path in it, says it is).
+// Concurrent runs make it once: the first takes a lock, the others wait for it.
+func templateFor(opts Options, key, marker string, build func(tmpl string) (string, error)) (string, string, error) {
 	if err := mkdirAll(opts.Templates, 0o700); err != nil {
 		return "", "", err
 	}
 	tmpl := filepath.Join(opts.Templates, key)
-	pwFile := tmpl + ".password"
 	read := func() (string, bool) {
-		pw, err := os.ReadFile(pwFile)
-		if _, serr := os.Stat(filepath.Join(tmpl, "PG_VERSION")); err != nil || serr != nil {
+		pw, err := os.ReadFile(tmpl + ".password")
+		if _, serr := os.Stat(filepath.Join(tmpl, marker)); err != nil || serr != nil {
 			return "", false
 		}
 		return strings.TrimSpace(string(pw)), true
@@ -264,28 +265,18 @@ func pgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec) (stri
 	if pw, ok := read(); ok {
 		return tmpl, pw, nil
 	}
-	pw, err := buildPgTemplate(ctx, opts, bins, sp, tmpl)
+	pw, err := build(tmpl)
 	return tmpl, pw, err
 }
 
 // buildPgTemplate runs initdb in a directory the servers' id can reach (below Runtime), creates the
 // role and its database there, shuts the cluster down cleanly and moves it into the template store.
 func buildPgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec, tmpl string) (string, error) {
-	mode := os.FileMode(0o700)
-	if opts.IDs.Switch {
-		mode = 0o711
-	}
-	if err := mkdirAll(opts.Runtime, mode); err != nil {
-		return "", err
-	}
-	work, err := os.MkdirTemp(opts.Runtime, ".template-")
+	work, err := templateWorkDir(opts)
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(work)
-	if err := chownTree(opts.IDs, work); err != nil {
-		return "", err
-	}
 	pw, err := randomHex(24)
 	if err != nil {
 		return "", err
@@ -323,19 +314,7 @@ func buildPgTemplate(ctx context.Context, opts Options, bins Binaries, sp Spec, 
 		return "", err
 	}
 	os.Remove(filepath.Join(data, "postmaster.opts"))
-	next := tmpl + ".new"
-	os.RemoveAll(next)
-	if err := copyTree(ctx, data, next); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(tmpl+".password", []byte(pw+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	os.RemoveAll(tmpl)
-	if err := os.Rename(next, tmpl); err != nil {
-		return "", err
-	}
-	return pw, nil
+	return pw, storeTemplate(ctx, data, tmpl, pw)
 }
 
 // lockFile takes an exclusive lock on path (made if missing), waiting for it.

@@ -40,7 +40,7 @@ type nsOverlay struct{ Lower, Upper, Work, Target string }
 // spawnOn is spawn, with ov (when not nil) mounted in a mount namespace of the server's own before
 // it runs: the program is this binary's own, as MountArg0, which mounts and then execs argv.
 func spawnOn(ids IDs, ov *nsOverlay, logPath string, stopSig syscall.Signal, env []string, argv ...string) (*process, error) {
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func spawnOn(ids IDs, ov *nsOverlay, logPath string, stopSig syscall.Signal, env
 	}()
 	if start, err := runstate.ProcessStart(cmd.Process.Pid); err == nil {
 		// Best effort: Sweep kills by this only what Pdeathsig did not.
-		_ = os.WriteFile(p.pidFile, fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start), 0o600)
+		_ = writeNoFollow(p.pidFile, fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start))
 	}
 	return p, nil
 }
@@ -183,10 +183,19 @@ func logTail(path string) string {
 	return strings.Join(lines, " | ")
 }
 
-// killRecorded kills the servers a run's directory records, where they still run.
+// killRecorded kills the servers a run's directory records, where they still run. Only a pid file
+// cordon wrote counts: a template's work directory belongs to the servers' id, and a file or link
+// of theirs must not make root kill a process of someone else's.
 func killRecorded(dir string) {
 	pids, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
 	for _, f := range pids {
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
 		if pid, start, ok := readPidFile(f); ok && runstate.Alive(pid, start) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -227,15 +236,55 @@ func privateDir(ids IDs, dir string) error {
 	return nil
 }
 
+// writeNoFollow writes a 0600 file as os.WriteFile does, but never through a symbolic link: the
+// directories a template is made in and a service's own belong to the servers' id, and cordon, as
+// root, must not write where a link the servers' id put there leads.
+func writeNoFollow(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // writePrivate writes a 0600 file that belongs to the servers' id.
 func writePrivate(ids IDs, path string, data []byte) error {
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := writeNoFollow(path, data); err != nil {
 		return err
 	}
 	if ids.Switch {
-		return os.Chown(path, ids.UID, ids.GID)
+		return os.Lchown(path, ids.UID, ids.GID)
 	}
 	return nil
+}
+
+// checkFixtures checks a service's fixtures before anything starts: a path that leads out of the
+// project, or to no regular file, stops it.
+func checkFixtures(opts Options, files []string) error {
+	for _, f := range files {
+		if _, err := resolveFixture(opts.Project, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serviceDir makes a service's own directory below runDir (privateDir) and returns it with the
+// path of the socket sockName in it, which must fit a unix socket's address.
+func serviceDir(opts Options, runDir, name, sockName string) (dir, sock string, err error) {
+	dir = filepath.Join(runDir, name)
+	if err := privateDir(opts.IDs, dir); err != nil {
+		return "", "", err
+	}
+	sock = filepath.Join(dir, sockName)
+	if err := checkSocketPath(sock); err != nil {
+		return "", "", err
+	}
+	return dir, sock, nil
 }
 
 // maxSocketPath is the longest path a unix socket can be bound at (sun_path less its NUL).

@@ -38,17 +38,11 @@ func startRedis(ctx context.Context, opts Options, sp Spec, runDir string) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range sp.Fixtures {
-		if _, err := resolveFixture(opts.Project, f); err != nil {
-			return nil, err
-		}
-	}
-	dir := filepath.Join(runDir, sp.Name)
-	if err := privateDir(opts.IDs, dir); err != nil {
+	if err := checkFixtures(opts, sp.Fixtures); err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(dir, "redis.sock")
-	if err := checkSocketPath(sock); err != nil {
+	dir, sock, err := serviceDir(opts, runDir, sp.Name, "redis.sock")
+	if err != nil {
 		return nil, err
 	}
 	password, err := randomHex(16)

@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
@@ -274,5 +276,91 @@ func TestPostgresOverlayRefused(t *testing.T) {
 	data := filepath.Join(opts.Runtime, opts.RunID, "db", "data")
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
 		t.Errorf("no copy of the template: %v", err)
+	}
+}
+
+// TestNoWriteThroughLinks: where the servers' id could have put a symbolic link (the log and pid
+// files of a template being made, a service's own files), cordon writes nothing through it. The
+// control: the same writes at a plain path work.
+func TestNoWriteThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"server.log", "server.pid", "redis.conf"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writePrivate(IDs{}, filepath.Join(dir, "redis.conf"), []byte("x\n")); err == nil {
+		t.Error("writePrivate wrote through a link")
+	}
+	if p, err := spawn(IDs{}, filepath.Join(dir, "server.log"), syscall.SIGTERM, nil, "/bin/true"); err == nil {
+		p.stop()
+		t.Error("spawn opened its log through a link")
+	}
+	if err := writeNoFollow(filepath.Join(dir, "server.pid"), []byte("1 1\n")); err == nil {
+		t.Error("writeNoFollow wrote through a link")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	if err := writePrivate(IDs{}, filepath.Join(dir, "plain.conf"), []byte("x\n")); err != nil {
+		t.Errorf("control: %v", err)
+	}
+	p, err := spawn(IDs{}, filepath.Join(dir, "plain.log"), syscall.SIGTERM, nil, "/bin/sleep", "5")
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	p.stop()
+	if _, err := os.Stat(filepath.Join(dir, "plain.pid")); err != nil {
+		t.Errorf("control: no pid file: %v", err)
+	}
+}
+
+// TestKillRecordedOnlyOwnPidFiles: Sweep kills a process a pid file names only when cordon wrote
+// the file: not through a link, not from a file of another id (a template's work directory belongs
+// to the servers' id). The control: the same process, named by a file of cordon's, is killed.
+func TestKillRecordedOnlyOwnPidFiles(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	defer cmd.Process.Kill()
+	start, err := runstate.ProcessStart(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, start)
+	real, forged := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(real, "x.pid"), line, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(real, "x.pid"), filepath.Join(forged, "link.pid")); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		other := filepath.Join(forged, "other.pid")
+		if err := os.WriteFile(other, line, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(other, 2000065000, 2000065000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killRecorded(forged)
+	select {
+	case <-done:
+		t.Fatal("a pid file cordon did not write killed the process")
+	case <-time.After(200 * time.Millisecond):
+	}
+	killRecorded(real)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("control: cordon's own pid file did not kill the process")
 	}
 }
