@@ -40,6 +40,13 @@ func TestWebsocketMessageRelay(t *testing.T) {
 				return
 			}
 			switch s := string(msg); {
+			case strings.HasPrefix(s, "split3 "):
+				// The text cut in three messages, back to back.
+				text := strings.TrimPrefix(s, "split3 ")
+				n := len(text) / 3
+				_ = c.Write(ctx, typ, []byte(text[:n]))
+				_ = c.Write(ctx, typ, []byte(text[n:2*n]))
+				_ = c.Write(ctx, typ, []byte(text[2*n:]))
 			case strings.HasPrefix(s, "split "):
 				// The text cut in two messages, back to back.
 				text := strings.TrimPrefix(s, "split ")
@@ -117,8 +124,41 @@ func TestWebsocketMessageRelay(t *testing.T) {
 		t.Fatalf("after a value split between messages: %q %v, want the connection closed (policy violation)", got, err)
 	}
 	ev := s.rec.wait(t, func(e audit.Event) bool { return e.Detail["path"] == "/ws" && e.Detail["status"] == "101" })
-	if ev.Decision != audit.Deny || !strings.Contains(ev.Reason, "split between two websocket messages") || ev.Detail[audit.DetailCredentials] != "TOKEN" {
+	if ev.Decision != audit.Deny || !strings.Contains(ev.Reason, "split between websocket messages") || ev.Detail[audit.DetailCredentials] != "TOKEN" {
 		t.Errorf("recorded as %+v", ev)
+	}
+	// The value split in three messages: no third of it reaches the client (with only the message
+	// before each one searched with it, the first third was delivered).
+	c3, _, err := dial("/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.CloseNow()
+	if err := c3.Write(ctx, websocket.MessageText, []byte("split3 "+real)); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c3.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("after a value split in three messages: %q %v, want the connection closed (policy violation)", got, err)
+	}
+	// The control: a harmless text split in three arrives as three messages.
+	c4, _, err := dial("/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.CloseNow()
+	if err := c4.Write(ctx, websocket.MessageText, []byte("split3 "+strings.Repeat("y", len(real)))); err != nil {
+		t.Fatal(err)
+	}
+	var all string
+	for range 3 {
+		_, got, err := c4.Read(ctx)
+		if err != nil {
+			t.Fatalf("control split in three: %q %v", all, err)
+		}
+		all += string(got)
+	}
+	if all != strings.Repeat("y", len(real)) {
+		t.Errorf("control split in three: %q", all)
 	}
 	// A handshake the upstream refuses: its answer is searched as any other.
 	if _, res, err = dial("/denied"); err == nil || res == nil || res.StatusCode != http.StatusUnauthorized {
