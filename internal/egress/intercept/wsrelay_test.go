@@ -57,6 +57,16 @@ func TestWebsocketMessageRelay(t *testing.T) {
 			}
 		}
 	})
+	mux.HandleFunc("/badaccept", func(w http.ResponseWriter, r *http.Request) {
+		// A 101 the websocket client refuses, whose refusal quotes the answer's header field.
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + r.Header.Get("Authorization") + "\r\n\r\n")
+		brw.Flush()
+	})
 	mux.HandleFunc("/denied", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token "+r.Header.Get("Authorization"), http.StatusUnauthorized)
 	})
@@ -159,6 +169,19 @@ func TestWebsocketMessageRelay(t *testing.T) {
 	}
 	if all != strings.Repeat("y", len(real)) {
 		t.Errorf("control split in three: %q", all)
+	}
+	// A 101 the gateway's client refuses for a header field that holds the value: the refusal, to
+	// the client and in the audit log, names the placeholder (the control: the value's placeholder is
+	// there, so the field's text was quoted).
+	if _, res, err = dial("/badaccept"); err == nil || res == nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("refused 101: %v %v", res, err)
+	}
+	if b, _ := io.ReadAll(res.Body); strings.Contains(string(b), real) || !strings.Contains(string(b), ph) {
+		t.Errorf("the refusal of a 101: %q", b)
+	}
+	bad := s.rec.wait(t, func(e audit.Event) bool { return e.Detail["path"] == "/badaccept" })
+	if strings.Contains(bad.Detail["error"], real) {
+		t.Errorf("the audit log holds the value: %q", bad.Detail["error"])
 	}
 	// A handshake the upstream refuses: its answer is searched as any other.
 	if _, res, err = dial("/denied"); err == nil || res == nil || res.StatusCode != http.StatusUnauthorized {
