@@ -310,6 +310,17 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 					}
 				}
 				if m.err != nil {
+					var ce websocket.CloseError
+					if errors.As(m.err, &ce) && len(queue) > 0 {
+						var before []byte
+						for _, q := range queue {
+							before = append(before, q.data...)
+						}
+						if ex.red.Spans(before, []byte(ce.Reason)) {
+							refuse(down, "a credential value split between a websocket message and the close reason")
+							return
+						}
+					}
 					if !flush() {
 						return
 					}

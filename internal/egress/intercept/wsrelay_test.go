@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -47,6 +48,12 @@ func TestWebsocketMessageRelay(t *testing.T) {
 				_ = c.Write(ctx, typ, []byte(text[:n]))
 				_ = c.Write(ctx, typ, []byte(text[n:2*n]))
 				_ = c.Write(ctx, typ, []byte(text[2*n:]))
+			case strings.HasPrefix(s, "splitclose "):
+				// The text's first half in a message, its second the close reason.
+				text := strings.TrimPrefix(s, "splitclose ")
+				_ = c.Write(ctx, typ, []byte(text[:len(text)/2]))
+				_ = c.Close(websocket.StatusNormalClosure, text[len(text)/2:])
+				return
 			case strings.HasPrefix(s, "split "):
 				// The text cut in two messages, back to back.
 				text := strings.TrimPrefix(s, "split ")
@@ -169,6 +176,33 @@ func TestWebsocketMessageRelay(t *testing.T) {
 	}
 	if all != strings.Repeat("y", len(real)) {
 		t.Errorf("control split in three: %q", all)
+	}
+	// The value's first half in a message, its second the close reason: neither reaches the client
+	// (the control: a harmless text so split arrives, half and reason).
+	for _, text := range []string{strings.Repeat("z", len(real)), real} {
+		c5, _, err := dial("/ws")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c5.CloseNow()
+		if err := c5.Write(ctx, websocket.MessageText, []byte("splitclose "+text)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c5.Read(ctx)
+		var ce websocket.CloseError
+		errors.As(err, &ce)
+		if text == real {
+			if ce.Code != websocket.StatusPolicyViolation {
+				t.Errorf("value split between a message and the close reason: %q %v, want closed (policy violation)", got, err)
+			}
+			continue
+		}
+		if string(got) != text[:len(text)/2] {
+			t.Fatalf("control's half: %q %v", got, err)
+		}
+		if _, _, err = c5.Read(ctx); !errors.As(err, &ce) || ce.Reason != text[len(text)/2:] {
+			t.Errorf("control's close: %v", err)
+		}
 	}
 	// A 101 the gateway's client refuses for a header field that holds the value: the refusal, to
 	// the client and in the audit log, names the placeholder (the control: the value's placeholder is
