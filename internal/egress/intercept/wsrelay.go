@@ -267,6 +267,17 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 		// lengths and time alone, never on its bytes.
 		var queue []message
 		queued := 0 // bytes in queue
+		// queuedTail is the last h bytes of the held messages, joined: all that a value going on
+		// past them can have begun in (only this much is copied, not a message of up to maxMessage).
+		queuedTail := func(h int) []byte {
+			var tail []byte
+			for j := len(queue) - 1; j >= 0 && len(tail) < h; j-- {
+				d := queue[j].data
+				d = d[max(0, len(d)-(h-len(tail))):]
+				tail = append(append(make([]byte, 0, len(d)+len(tail)), d...), tail...)
+			}
+			return tail
+		}
 		release := time.NewTimer(time.Hour)
 		release.Stop()
 		write := func(m message) bool {
@@ -312,11 +323,7 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 				if m.err != nil {
 					var ce websocket.CloseError
 					if errors.As(m.err, &ce) && len(queue) > 0 {
-						var before []byte
-						for _, q := range queue {
-							before = append(before, q.data...)
-						}
-						if ex.red.Spans(before, []byte(ce.Reason)) {
+						if ex.red.Spans(queuedTail(ex.red.Hold()), []byte(ce.Reason)) {
 							refuse(down, "a credential value split between a websocket message and the close reason")
 							return
 						}
@@ -333,11 +340,7 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 				m.data = ex.red.Bytes(m.data)
 				if len(queue) > 0 {
 					release.Stop()
-					var before []byte
-					for _, q := range queue {
-						before = append(before, q.data...)
-					}
-					if ex.red.Spans(before, m.data) {
+					if ex.red.Spans(queuedTail(ex.red.Hold()), m.data) {
 						refuse(down, "a credential value split between websocket messages")
 						return
 					}
