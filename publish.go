@@ -37,6 +37,12 @@ func listenPublished(pubs []Publish, hasNetwork bool) (*published, error) {
 			p.close()
 			return nil, fmt.Errorf("publish %v:%d: a host address and port and a sandbox port are required", pub.Host, pub.Port)
 		}
+		if gp := gateway.Ports(); pub.Port == gp.Proxy || pub.Port == gp.Transparent || pub.Port == gp.DNS {
+			// The gateway listens there inside: a host connection would be the sandbox's egress,
+			// with its credentials, for whoever on the host can reach the address.
+			p.close()
+			return nil, fmt.Errorf("publish %s: port %d inside is cordon's egress gateway, not a server of the command", pub.Host, pub.Port)
+		}
 		ln, err := net.Listen("tcp", pub.Host.String())
 		if err != nil {
 			p.close()

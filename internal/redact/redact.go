@@ -151,7 +151,7 @@ func (r *Replacer) Bytes(b []byte) []byte {
 }
 
 // Spans reports whether a secret begins in a and ends in b, which were each searched already (with
-// Bytes): a value an upstream split between two websocket messages, which replacing each message
+// Bytes): a value an upstream split between websocket messages, which replacing each message
 // alone cannot find.
 func (r *Replacer) Spans(a, b []byte) bool {
 	if r == nil || len(a) == 0 || len(b) == 0 {

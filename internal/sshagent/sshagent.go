@@ -49,11 +49,16 @@ type Config struct {
 // Filter serves the sandbox's agent socket.
 type Filter struct {
 	cfg Config
-	wg  sync.WaitGroup
+	// keys are the wire forms of the caller's keys cfg.Keys named when the filter was made: a key
+	// the caller's agent gains later with a listed comment is not one of them.
+	keys map[string]bool
+	wg   sync.WaitGroup
 }
 
-// New checks cfg and that the caller's agent holds a key for every entry of cfg.Keys: a policy
-// naming a key the agent lacks is a mistake to tell before the run, not a failed clone inside.
+// New checks cfg and that the caller's agent holds exactly one key for every entry of cfg.Keys: a
+// policy naming a key the agent lacks is a mistake to tell before the run, not a failed clone
+// inside, and a comment several keys share (ssh-keygen's default, user@host, is on all of a
+// caller's keys) would hand the sandbox all of them.
 func New(cfg Config) (*Filter, error) {
 	if cfg.Upstream == nil || len(cfg.Keys) == 0 {
 		return nil, errors.New("sshagent: an upstream agent and at least one key are required")
@@ -67,16 +72,25 @@ func New(cfg Config) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sshagent: listing the caller's keys: %w", err)
 	}
+	pinned := map[string]bool{}
 	for _, want := range cfg.Keys {
-		found := false
+		var found []*agent.Key
 		for _, k := range keys {
-			found = found || matches(want, k)
+			if matches(want, k) {
+				found = append(found, k)
+			}
 		}
-		if !found {
+		switch {
+		case len(found) == 0:
 			return nil, fmt.Errorf("sshagent: the caller's agent holds no key %s (ssh-add -l lists its keys)", want)
+		case len(found) > 1 && !strings.HasPrefix(want, "SHA256:"):
+			return nil, fmt.Errorf("sshagent: %d of the caller's keys have the comment %q: name the key by its fingerprint (ssh-add -l)", len(found), want)
+		}
+		for _, k := range found {
+			pinned[string(k.Marshal())] = true
 		}
 	}
-	return &Filter{cfg: cfg}, nil
+	return &Filter{cfg: cfg, keys: pinned}, nil
 }
 
 // matches reports whether k is the key named by want: its SHA256 fingerprint or its comment.
@@ -225,7 +239,7 @@ func (f *Filter) use(u Use) {
 	}
 }
 
-// allowed lists the caller's keys the policy names.
+// allowed lists the caller's keys the policy names (those New found).
 func (f *Filter) allowed(up agent.ExtendedAgent) ([]*agent.Key, error) {
 	keys, err := up.List()
 	if err != nil {
@@ -233,11 +247,8 @@ func (f *Filter) allowed(up agent.ExtendedAgent) ([]*agent.Key, error) {
 	}
 	var out []*agent.Key
 	for _, k := range keys {
-		for _, want := range f.cfg.Keys {
-			if matches(want, k) {
-				out = append(out, k)
-				break
-			}
+		if f.keys[string(k.Marshal())] {
+			out = append(out, k)
 		}
 	}
 	return out, nil

@@ -163,6 +163,50 @@ func TestNewRefusesMissingKey(t *testing.T) {
 	}
 }
 
+// TestCommentNamesOneKey: a comment two of the caller's keys share is refused (the control: the
+// same agent with one of them, and a fingerprint of either, are accepted), and a key the caller's
+// agent gains after the filter was made with a listed comment is neither listed to nor signed for
+// the sandbox.
+func TestCommentNamesOneKey(t *testing.T) {
+	keyring := agent.NewKeyring()
+	add := func(comment string) ssh.PublicKey {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := keyring.Add(agent.AddedKey{PrivateKey: priv, Comment: comment}); err != nil {
+			t.Fatal(err)
+		}
+		signer, _ := ssh.NewSignerFromKey(priv)
+		return signer.PublicKey()
+	}
+	upstream := func() (net.Conn, error) {
+		a, b := net.Pipe()
+		go func() { _ = agent.ServeAgent(keyring, b); b.Close() }()
+		return a, nil
+	}
+	first := add("me@laptop")
+	filter, err := New(Config{Upstream: upstream, Keys: []string{"me@laptop"}})
+	if err != nil {
+		t.Fatalf("one key with the comment: %v", err)
+	}
+	later := add("me@laptop")
+	up := keyring.(agent.ExtendedAgent)
+	if keys, err := filter.allowed(up); err != nil || len(keys) != 1 || string(keys[0].Marshal()) != string(first.Marshal()) {
+		t.Errorf("listed %v %v, want the first key alone", keys, err)
+	}
+	req := binary.BigEndian.AppendUint32(appendString(appendString([]byte{msgSignRequest}, later.Marshal()), []byte("data")), 0)
+	if out := filter.answer(req, up); out[0] != msgFailure {
+		t.Errorf("signed with a key added later under the listed comment")
+	}
+	if _, err := New(Config{Upstream: upstream, Keys: []string{"me@laptop"}}); err == nil || !strings.Contains(err.Error(), "fingerprint") {
+		t.Errorf("a comment two keys share: %v, want refused", err)
+	}
+	if _, err := New(Config{Upstream: upstream, Keys: []string{ssh.FingerprintSHA256(later)}}); err != nil {
+		t.Errorf("by fingerprint: %v", err)
+	}
+}
+
 // FuzzAnswer: whatever bytes a request holds, the filter answers without panicking, and a
 // signature comes back only for the listed key.
 func FuzzAnswer(f *testing.F) {
@@ -183,7 +227,7 @@ func FuzzAnswer(f *testing.F) {
 			other = signer.PublicKey()
 		}
 	}
-	filter := &Filter{cfg: Config{Keys: []string{"listed@test"}}}
+	filter := &Filter{cfg: Config{Keys: []string{"listed@test"}}, keys: map[string]bool{string(listed.Marshal()): true}}
 	up := keyring.(agent.ExtendedAgent)
 	sign := func(k ssh.PublicKey) []byte {
 		return binary.BigEndian.AppendUint32(appendString(appendString([]byte{msgSignRequest}, k.Marshal()), []byte("data")), 0)

@@ -301,7 +301,10 @@ func (i *Interceptor) errorHandler(w http.ResponseWriter, r *http.Request, err e
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	ex.err = err.Error()
+	// The cause may quote the upstream's bytes (a 101's header field the websocket client refused,
+	// a malformed header line), which may hold a value sent to it: searched as any answer is.
+	msg := ex.red.String(err.Error())
+	ex.err = msg
 	var (
 		unknown   x509.UnknownAuthorityError
 		invalid   x509.CertificateInvalidError
@@ -315,12 +318,12 @@ func (i *Interceptor) errorHandler(w http.ResponseWriter, r *http.Request, err e
 	case errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verifyErr):
 		ex.refusal = "upstream certificate not verified"
 		reason = "the upstream's certificate is not trusted (add its CA to network.tls.caFile if it is meant to be reached)"
-		line = fmt.Sprintf("cannot verify the certificate of %s (%v); its requests get 502 — if it is meant to be reached, add its CA to network.tls.caFile", up, err)
+		line = fmt.Sprintf("cannot verify the certificate of %s (%s); its requests get 502 — if it is meant to be reached, add its CA to network.tls.caFile", up, msg)
 	case errors.Is(err, errUnredactable):
 		ex.refusal = refusalOf(err)
 		reason = "cordon refused the upstream's answer"
 	case !ex.sent.Load():
-		line = fmt.Sprintf("cannot reach %s (%v); its requests get 502", up, err)
+		line = fmt.Sprintf("cannot reach %s (%s); its requests get 502", up, msg)
 	}
 	if errors.Is(err, context.Canceled) {
 		ex.status = 499 // the client went away; nobody reads the answer
@@ -332,7 +335,7 @@ func (i *Interceptor) errorHandler(w http.ResponseWriter, r *http.Request, err e
 	ex.status = http.StatusBadGateway
 	target, _ := originForm(r.RequestURI, ex.conn)
 	target, _, _ = strings.Cut(target, "?")
-	writeDenial(w, r, ex.conn, target, http.StatusBadGateway, reason+": "+err.Error(), "")
+	writeDenial(w, r, ex.conn, target, http.StatusBadGateway, reason+": "+msg, "")
 }
 
 // writeDenial answers with a plain-text body that names what was refused, why, and how to allow it.

@@ -260,13 +260,27 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 				}
 			}
 		}()
-		// Each message is held until the next arrives or releaseDelay has passed, whatever it
-		// holds: a value the upstream split between two messages is then refused before the
-		// first half reached the sandbox, and how long a message waits says nothing of its bytes.
-		var held *message
+		// The newest message is held until the next arrives or releaseDelay has passed, whatever
+		// it holds, and an older one until the messages after it hold at least Hold bytes: a value
+		// the upstream split between messages (two, or a stream of short ones) is then refused
+		// before its first part reached the sandbox, and when a message is released depends on
+		// lengths and time alone, never on its bytes.
+		var queue []message
+		queued := 0 // bytes in queue
+		// queuedTail is the last h bytes of the held messages, joined: all that a value going on
+		// past them can have begun in (only this much is copied, not a message of up to maxMessage).
+		queuedTail := func(h int) []byte {
+			var tail []byte
+			for j := len(queue) - 1; j >= 0 && len(tail) < h; j-- {
+				d := queue[j].data
+				d = d[max(0, len(d)-(h-len(tail))):]
+				tail = append(append(make([]byte, 0, len(d)+len(tail)), d...), tail...)
+			}
+			return tail
+		}
 		release := time.NewTimer(time.Hour)
 		release.Stop()
-		write := func(m *message) bool {
+		write := func(m message) bool {
 			if err := down.Write(ctx, m.typ, m.data); err != nil {
 				up.CloseNow()
 				return false
@@ -275,13 +289,22 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 			bytesIn.Add(int64(len(m.data)))
 			return true
 		}
+		flush := func() bool {
+			for len(queue) > 0 {
+				if !write(queue[0]) {
+					return false
+				}
+				queued -= len(queue[0].data)
+				queue = queue[1:]
+			}
+			return true
+		}
 		for {
 			select {
 			case <-release.C:
-				if !write(held) {
+				if !flush() {
 					return
 				}
-				held = nil
 				continue
 			case m := <-in:
 				if fresh.Swap(false) && i.redactions != nil {
@@ -291,9 +314,21 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 						red.Add(ex.red.Count())
 					}
 					ex.red = red
+					queued = 0
+					for j := range queue {
+						queue[j].data = red.Bytes(queue[j].data)
+						queued += len(queue[j].data)
+					}
 				}
 				if m.err != nil {
-					if held != nil && !write(held) {
+					var ce websocket.CloseError
+					if errors.As(m.err, &ce) && len(queue) > 0 {
+						if ex.red.Spans(queuedTail(ex.red.Hold()), []byte(ce.Reason)) {
+							refuse(down, "a credential value split between a websocket message and the close reason")
+							return
+						}
+					}
+					if !flush() {
 						return
 					}
 					if isFrameError(m.err) {
@@ -303,17 +338,24 @@ func (i *Interceptor) relayMessages(ctx context.Context, down, up *websocket.Con
 					return
 				}
 				m.data = ex.red.Bytes(m.data)
-				if held != nil {
+				if len(queue) > 0 {
 					release.Stop()
-					if ex.red.Spans(held.data, m.data) {
-						refuse(down, "a credential value split between two websocket messages")
-						return
-					}
-					if !write(held) {
+					if ex.red.Spans(queuedTail(ex.red.Hold()), m.data) {
+						refuse(down, "a credential value split between websocket messages")
 						return
 					}
 				}
-				held = &m
+				queue = append(queue, m)
+				queued += len(m.data)
+				// Release the oldest while what follows it could hold the rest of any value
+				// that begins in it; the newest waits for the next message or the timer.
+				for len(queue) > 1 && queued-len(queue[0].data) >= ex.red.Hold() {
+					if !write(queue[0]) {
+						return
+					}
+					queued -= len(queue[0].data)
+					queue = queue[1:]
+				}
 				release.Reset(releaseDelay)
 			case <-ctx.Done():
 				return

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -40,6 +41,19 @@ func TestWebsocketMessageRelay(t *testing.T) {
 				return
 			}
 			switch s := string(msg); {
+			case strings.HasPrefix(s, "split3 "):
+				// The text cut in three messages, back to back.
+				text := strings.TrimPrefix(s, "split3 ")
+				n := len(text) / 3
+				_ = c.Write(ctx, typ, []byte(text[:n]))
+				_ = c.Write(ctx, typ, []byte(text[n:2*n]))
+				_ = c.Write(ctx, typ, []byte(text[2*n:]))
+			case strings.HasPrefix(s, "splitclose "):
+				// The text's first half in a message, its second the close reason.
+				text := strings.TrimPrefix(s, "splitclose ")
+				_ = c.Write(ctx, typ, []byte(text[:len(text)/2]))
+				_ = c.Close(websocket.StatusNormalClosure, text[len(text)/2:])
+				return
 			case strings.HasPrefix(s, "split "):
 				// The text cut in two messages, back to back.
 				text := strings.TrimPrefix(s, "split ")
@@ -49,6 +63,16 @@ func TestWebsocketMessageRelay(t *testing.T) {
 				_ = c.Write(ctx, typ, []byte("echo:"+s+" auth="+r.Header.Get("Authorization")))
 			}
 		}
+	})
+	mux.HandleFunc("/badaccept", func(w http.ResponseWriter, r *http.Request) {
+		// A 101 the websocket client refuses, whose refusal quotes the answer's header field.
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + r.Header.Get("Authorization") + "\r\n\r\n")
+		brw.Flush()
 	})
 	mux.HandleFunc("/denied", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token "+r.Header.Get("Authorization"), http.StatusUnauthorized)
@@ -117,8 +141,81 @@ func TestWebsocketMessageRelay(t *testing.T) {
 		t.Fatalf("after a value split between messages: %q %v, want the connection closed (policy violation)", got, err)
 	}
 	ev := s.rec.wait(t, func(e audit.Event) bool { return e.Detail["path"] == "/ws" && e.Detail["status"] == "101" })
-	if ev.Decision != audit.Deny || !strings.Contains(ev.Reason, "split between two websocket messages") || ev.Detail[audit.DetailCredentials] != "TOKEN" {
+	if ev.Decision != audit.Deny || !strings.Contains(ev.Reason, "split between websocket messages") || ev.Detail[audit.DetailCredentials] != "TOKEN" {
 		t.Errorf("recorded as %+v", ev)
+	}
+	// The value split in three messages: no third of it reaches the client (with only the message
+	// before each one searched with it, the first third was delivered).
+	c3, _, err := dial("/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.CloseNow()
+	if err := c3.Write(ctx, websocket.MessageText, []byte("split3 "+real)); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c3.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("after a value split in three messages: %q %v, want the connection closed (policy violation)", got, err)
+	}
+	// The control: a harmless text split in three arrives as three messages.
+	c4, _, err := dial("/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.CloseNow()
+	if err := c4.Write(ctx, websocket.MessageText, []byte("split3 "+strings.Repeat("y", len(real)))); err != nil {
+		t.Fatal(err)
+	}
+	var all string
+	for range 3 {
+		_, got, err := c4.Read(ctx)
+		if err != nil {
+			t.Fatalf("control split in three: %q %v", all, err)
+		}
+		all += string(got)
+	}
+	if all != strings.Repeat("y", len(real)) {
+		t.Errorf("control split in three: %q", all)
+	}
+	// The value's first half in a message, its second the close reason: neither reaches the client
+	// (the control: a harmless text so split arrives, half and reason).
+	for _, text := range []string{strings.Repeat("z", len(real)), real} {
+		c5, _, err := dial("/ws")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c5.CloseNow()
+		if err := c5.Write(ctx, websocket.MessageText, []byte("splitclose "+text)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c5.Read(ctx)
+		var ce websocket.CloseError
+		errors.As(err, &ce)
+		if text == real {
+			if ce.Code != websocket.StatusPolicyViolation {
+				t.Errorf("value split between a message and the close reason: %q %v, want closed (policy violation)", got, err)
+			}
+			continue
+		}
+		if string(got) != text[:len(text)/2] {
+			t.Fatalf("control's half: %q %v", got, err)
+		}
+		if _, _, err = c5.Read(ctx); !errors.As(err, &ce) || ce.Reason != text[len(text)/2:] {
+			t.Errorf("control's close: %v", err)
+		}
+	}
+	// A 101 the gateway's client refuses for a header field that holds the value: the refusal, to
+	// the client and in the audit log, names the placeholder (the control: the value's placeholder is
+	// there, so the field's text was quoted).
+	if _, res, err = dial("/badaccept"); err == nil || res == nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("refused 101: %v %v", res, err)
+	}
+	if b, _ := io.ReadAll(res.Body); strings.Contains(string(b), real) || !strings.Contains(string(b), ph) {
+		t.Errorf("the refusal of a 101: %q", b)
+	}
+	bad := s.rec.wait(t, func(e audit.Event) bool { return e.Detail["path"] == "/badaccept" })
+	if strings.Contains(bad.Detail["error"], real) {
+		t.Errorf("the audit log holds the value: %q", bad.Detail["error"])
 	}
 	// A handshake the upstream refuses: its answer is searched as any other.
 	if _, res, err = dial("/denied"); err == nil || res == nil || res.StatusCode != http.StatusUnauthorized {
