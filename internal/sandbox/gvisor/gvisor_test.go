@@ -162,3 +162,47 @@ func TestConfig(t *testing.T) {
 		t.Error("Config without a command succeeded")
 	}
 }
+
+// TestFindRefusesReplaceableRunsc: a runsc that its group or others can write, or that a stranger
+// owns, is refused before it is executed (cordon runs it as root for the gVisor tier); the control is
+// the same script, owned and writable by the caller alone.
+func TestFindRefusesReplaceableRunsc(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	body := "#!/bin/sh\ntouch " + ran + "\necho 'runsc version release-20270101.0'\necho 'spec: 1.2.1'\n"
+	p := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find(p, "", "", nil); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	os.Remove(ran)
+	cases := []struct {
+		name, want string
+		mess       func() error
+	}{
+		{"group writable", "writable by its group or others", func() error { return os.Chmod(p, 0o775) }},
+		{"others writable", "writable by its group or others", func() error { return os.Chmod(p, 0o757) }},
+	}
+	if os.Geteuid() == 0 {
+		cases = append(cases, struct {
+			name, want string
+			mess       func() error
+		}{"a stranger's", "neither root nor you", func() error { os.Chmod(p, 0o755); return os.Chown(p, 12345, 12345) }})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.mess(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Find(p, "", "", nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Find = %v, want a refusal saying %q", err, tc.want)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Fatal("the replaceable runsc was executed")
+			}
+		})
+	}
+}

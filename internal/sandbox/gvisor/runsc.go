@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // MinVersion is the oldest runsc this tier accepts: the gVisor module version it was built and
@@ -60,6 +62,9 @@ func Find(path, pathEnv, home string, trusted func(string) error) (*Runsc, error
 	}
 	if !isExec(abs) {
 		return nil, fmt.Errorf("%w at %s (not an executable file): %s", ErrNotFound, abs, HowToGet)
+	}
+	if err := ownedSafely(abs); err != nil {
+		return nil, err
 	}
 	if trusted != nil {
 		if err := trusted(abs); err != nil {
@@ -127,4 +132,27 @@ func versionDate(v string) (string, bool) {
 		}
 	}
 	return d, true
+}
+
+// ownedSafely refuses a runsc binary that someone other than root or the caller could have
+// replaced: cordon runs it (runsc --version) before any sandbox exists, as root for the gVisor tier,
+// and hands it the box's namespaces. Its file, after links, must be owned by root or the caller and
+// writable by neither group nor others. (Where it lies relative to what the sandbox can write is the
+// caller's trusted check.)
+func ownedSafely(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("runsc %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(real, &st); err != nil {
+		return fmt.Errorf("runsc %s: %w", real, err)
+	}
+	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("runsc %s is owned by uid %d, neither root nor you: cordon runs it with your rights (as root for the gVisor tier); install one you own", real, st.Uid)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("runsc %s is writable by its group or others (mode %04o): anyone who can replace it runs as you when cordon starts it; chmod go-w it", real, st.Mode&0o7777)
+	}
+	return nil
 }
