@@ -77,8 +77,11 @@ func (s Source) stripUserinfo(v *View, preset, list string) (string, error) {
 }
 
 // pipViewScript prints pip's effective index settings ("index-url URL", "extra-index-url URL"), or its
-// built-in index and file host ("default URL") when none is set.
+// built-in index and file host ("default URL") when none is set. Its first line takes the working
+// directory (the workspace, which the sandbox writes) off sys.path, where python -c put it first:
+// otherwise a pip package planted there would be what the host imports and runs.
 const pipViewScript = `
+import os, sys; sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
 from pip._internal.configuration import Configuration
 from pip._internal.models.index import PyPI
 c = Configuration(isolated=False); c.load()
