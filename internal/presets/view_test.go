@@ -143,7 +143,8 @@ func TestCaches(t *testing.T) {
 	for _, d := range []string{"mod", "build", "npmc", "projnpm", filepath.Join("home", ".cache", "pip"), filepath.Join("home", ".m2", "repository"), filepath.Join("home", ".cargo", "registry"), "ws"} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
 	}
-	os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("cache=${PROJ}/projnpm\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("cache=${HOME}\n"), 0o644) // the repository's: never a cache shown
+	os.WriteFile(filepath.Join(home, ".npmrc"), []byte("cache=${PROJ}/projnpm\n"), 0o644)
 	src := Source{Env: []string{"HOME=" + home, "PROJ=" + dir}, Workspace: ws, Run: fakeTools(map[string]string{"go": filepath.Join(dir, "mod") + "\n" + filepath.Join(dir, "build") + "\n"})}
 	got, err := src.Caches([]string{"go", "npm", "pip", "cargo", "maven"})
 	if err != nil {
@@ -284,5 +285,35 @@ func TestMavenView(t *testing.T) {
 	}
 	if len(v.Notes) != 1 || !strings.Contains(v.Notes[0], "encrypted") {
 		t.Errorf("notes %q: want one for the encrypted password", v.Notes)
+	}
+}
+
+// TestNpmViewProjectPaths: a project's .npmrc that names a host path cordon would read or show
+// (userconfig: its contents would become the sandbox's ~/.npmrc; prefix: shown read-only) is refused.
+func TestNpmViewProjectPaths(t *testing.T) {
+	dir := t.TempDir()
+	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
+	secret := filepath.Join(dir, "aws-credentials")
+	os.MkdirAll(ws, 0o755)
+	os.MkdirAll(home, 0o755)
+	os.WriteFile(secret, []byte("username=x\naws_secret_access_key=HOSTSECRET\n"), 0o600)
+	for _, line := range []string{"userconfig=" + secret, " Prefix = " + home, "globalconfig=" + secret, "cache=" + home} {
+		os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("registry=https://reg.internal/\n"+line+"\n"), 0o644)
+		src := Source{Env: []string{"HOME=" + home}, Workspace: ws, Run: func(context.Context, []string, string, string, ...string) ([]byte, error) {
+			// What npm reports when the project's file sets them.
+			return []byte(`{"registry": "https://reg.internal/", "userconfig": "` + secret + `", "globalconfig": "` + secret + `", "prefix": "` + home + `"}`), nil
+		}}
+		v, err := src.View([]string{"npm"})
+		if err == nil {
+			for _, f := range v.Files {
+				if strings.Contains(string(f.Content), "HOSTSECRET") {
+					t.Errorf("%q: the host file named by the project reached the sandbox in %s%s", line, f.Path, f.HomeRel)
+				}
+			}
+			if slices.Contains(v.ReadOnly, home) {
+				t.Errorf("%q: the prefix the project named is shown", line)
+			}
+			t.Errorf("%q: the view was made", line)
+		}
 	}
 }
