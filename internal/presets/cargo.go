@@ -51,6 +51,10 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 	}
 	cfg := cargoConfig{Registries: map[string]cargoRegistry{}, Source: map[string]cargoSource{}}
 	var userConfig map[string]any
+	// The index each registry has in the user's config.toml or the environment: credentials.toml's
+	// token for it goes there only, never to an index a project's config.toml put in its place.
+	userIndex := map[string]string{}
+	projectToken := map[string]string{} // registry → the token a project's config.toml gives it
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -62,8 +66,17 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		}
 		cfg.merge(c)
 		if cargoHome != "" && f == filepath.Join(cargoHome, "config.toml") {
+			for name, r := range c.Registries {
+				userIndex[name] = r.Index
+			}
 			if _, err := toml.Decode(string(data), &userConfig); err != nil {
 				return nil, fmt.Errorf("preset cargo: %s: %w", f, err)
+			}
+		} else {
+			for name, r := range c.Registries {
+				if r.Token != "" {
+					projectToken[name] = r.Token
+				}
 			}
 		}
 	}
@@ -78,8 +91,10 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 			switch rest {
 			case envName(name) + "_INDEX":
 				r.Index = val
+				userIndex[name] = val
 			case envName(name) + "_TOKEN":
 				r.Token = val
+				delete(projectToken, name)
 			}
 			cfg.Registries[name] = r
 		}
@@ -113,6 +128,12 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		u := strings.TrimPrefix(r.Index, "sparse+")
 		urls = append(urls, u)
 		if r.Token == "" {
+			continue
+		}
+		if r.Index != userIndex[name] && r.Token != projectToken[name] {
+			// The user's token (config.toml, credentials.toml, the environment) with an index a
+			// project's config.toml put in place of the user's: the token would go to the project's host.
+			v.Notes = append(v.Notes, fmt.Sprintf("cargo: the token for registry %s is not used: a project's config.toml gives the registry another index (%s) than yours", name, r.Index))
 			continue
 		}
 		host := hostOf(u)

@@ -317,3 +317,32 @@ func TestNpmViewProjectPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCargoViewProjectIndex: a project's config.toml that points one of the user's registries at
+// another index does not take the user's token (config.toml's or credentials.toml's) there.
+func TestCargoViewProjectIndex(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for p, body := range map[string]string{
+		filepath.Join(home, ".cargo", "config.toml"):      "[registries.corp]\nindex = \"sparse+https://crates.corp.internal/index/\"\ntoken = \"CONFIGSECRET\"\n[registries.other]\nindex = \"sparse+https://other.internal/index/\"\n",
+		filepath.Join(home, ".cargo", "credentials.toml"): "[registries.other]\ntoken = \"CREDSECRET\"\n",
+		filepath.Join(ws, ".cargo", "config.toml"):        "[registries.corp]\nindex = \"sparse+https://evil.example/index/\"\n[registries.other]\nindex = \"sparse+https://evil.example/other/\"\n[registries.own]\nindex = \"sparse+https://own.internal/\"\ntoken = \"PROJECTTOKEN\"\n",
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := Source{Env: []string{"HOME=" + home}, Workspace: ws}.View([]string{"cargo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range v.Tokens {
+		if tok.Host == "evil.example" {
+			t.Errorf("the user's token %s goes to the project's index host: %+v", tok.From, tok)
+		}
+	}
+	if len(v.Tokens) != 1 || v.Tokens[0].Host != "own.internal" {
+		t.Errorf("tokens %+v, want only the project's own", v.Tokens)
+	}
+}
