@@ -59,11 +59,15 @@ func (s Source) stripUserinfo(v *View, preset, list string) (string, error) {
 		part := list[start:i]
 		if u, err := url.Parse(part); err == nil && u.User != nil && u.Hostname() != "" {
 			pass, _ := u.User.Password()
+			// Messages name the URL without its user part: a user name alone is often the token itself
+			// (https://TOKEN@host/), which Redacted would print.
+			shown := *u
+			shown.User = nil
 			if pass == "" {
-				return "", fmt.Errorf("preset %s: %s names a user without a password; give the registry's token as a credential", preset, u.Redacted())
+				return "", fmt.Errorf("preset %s: %s names a user without a password; give the registry's token as a credential", preset, shown.String())
 			}
 			name := tokenName(preset, len(v.Tokens)+1)
-			v.Tokens = append(v.Tokens, Token{Name: name, Host: strings.ToLower(u.Hostname()), Value: pass, Scheme: "basic", From: u.Redacted()})
+			v.Tokens = append(v.Tokens, Token{Name: name, Host: strings.ToLower(u.Hostname()), Value: pass, Scheme: "basic", From: shown.String()})
 			u.User = url.UserPassword(u.User.Username(), "PLACEHOLDER")
 			part = strings.Replace(u.String(), "PLACEHOLDER", Ref(name), 1)
 		}
