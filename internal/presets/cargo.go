@@ -2,6 +2,7 @@ package presets
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,7 +63,7 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		}
 		var c cargoConfig
 		if _, err := toml.Decode(string(data), &c); err != nil {
-			return nil, fmt.Errorf("preset cargo: %s: %w", f, err)
+			return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
 		}
 		cfg.merge(c)
 		if cargoHome != "" && f == filepath.Join(cargoHome, "config.toml") {
@@ -70,7 +71,7 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 				userIndex[name] = r.Index
 			}
 			if _, err := toml.Decode(string(data), &userConfig); err != nil {
-				return nil, fmt.Errorf("preset cargo: %s: %w", f, err)
+				return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
 			}
 		} else {
 			for name, r := range c.Registries {
@@ -103,7 +104,7 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		if data, err := os.ReadFile(filepath.Join(cargoHome, "credentials.toml")); err == nil {
 			var creds cargoConfig
 			if _, err := toml.Decode(string(data), &creds); err != nil {
-				return nil, fmt.Errorf("preset cargo: %s: %w", filepath.Join(cargoHome, "credentials.toml"), err)
+				return nil, fmt.Errorf("preset cargo: %s: %w", filepath.Join(cargoHome, "credentials.toml"), tomlError(err))
 			}
 			for name, r := range creds.Registries {
 				if have, ok := cfg.Registries[name]; ok && r.Token != "" && have.Token == "" {
@@ -276,4 +277,14 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return eps[0].Host
+}
+
+// tomlError is a parse error without the parser's text, which quotes what it found ("expected value
+// but found \"TOKEN\"") and so a token written without its quotes.
+func tomlError(err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("not valid TOML (line %d, after key %q)", pe.Position.Line, pe.LastKey)
+	}
+	return errors.New("not valid TOML")
 }

@@ -346,3 +346,16 @@ func TestCargoViewProjectIndex(t *testing.T) {
 		t.Errorf("tokens %+v, want only the project's own", v.Tokens)
 	}
 }
+
+// TestCargoViewParseErrorNamesNoToken: a credentials.toml with a token left unquoted is an error
+// that does not quote the token.
+func TestCargoViewParseErrorNamesNoToken(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".cargo"), 0o755)
+	os.WriteFile(filepath.Join(home, ".cargo", "config.toml"), []byte("[registries.corp]\nindex = \"sparse+https://crates.corp.internal/\"\n"), 0o600)
+	os.WriteFile(filepath.Join(home, ".cargo", "credentials.toml"), []byte("[registries.corp]\ntoken = UNQUOTEDSECRET\n"), 0o600)
+	_, err := Source{Env: []string{"HOME=" + home}}.View([]string{"cargo"})
+	if err == nil || strings.Contains(err.Error(), "UNQUOTEDSECRET") {
+		t.Errorf("error %v", err)
+	}
+}
