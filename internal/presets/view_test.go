@@ -359,3 +359,15 @@ func TestCargoViewParseErrorNamesNoToken(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// TestMavenViewParseErrorNamesNoPassword: a settings.xml the XML parser rejects inside a password is
+// an error that does not quote it.
+func TestMavenViewParseErrorNamesNoPassword(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".m2"), 0o755)
+	os.WriteFile(filepath.Join(home, ".m2", "settings.xml"), []byte("<settings><servers><server><id>r</id><password>p&ssw0rdSECRET</password></server></servers></settings>"), 0o600)
+	_, err := Source{Env: []string{"HOME=" + home, "MAVEN_HOME=/nonexistent"}}.View([]string{"maven"})
+	if err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("error %v", err)
+	}
+}
