@@ -74,10 +74,26 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 				return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
 			}
 		} else {
+			held := false
 			for name, r := range c.Registries {
 				if r.Token != "" {
 					projectToken[name] = r.Token
+					held = true
 				}
+			}
+			if (held || c.Registry.Token != "") && s.Workspace != "" && strings.HasPrefix(f, s.Workspace+string(filepath.Separator)) {
+				// A token in a project's config.toml: the sandbox, which shows the workspace, gets the
+				// file without it (its tokens go to their registries from the gateway).
+				var doc map[string]any
+				if _, err := toml.Decode(string(data), &doc); err != nil {
+					return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
+				}
+				stripCargoTokens(doc)
+				var buf bytes.Buffer
+				if err := toml.NewEncoder(&buf).Encode(doc); err != nil {
+					return nil, fmt.Errorf("preset cargo: writing the sandbox's copy of %s: %w", f, err)
+				}
+				v.Files = append(v.Files, File{Path: f, Replaces: f, Content: buf.Bytes()})
 			}
 		}
 	}

@@ -371,3 +371,30 @@ func TestMavenViewParseErrorNamesNoPassword(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// TestCargoViewProjectTokenFile: a token in the project's .cargo/config.toml is a credential, and the
+// sandbox gets that file without it in place of the original it would otherwise read in the workspace.
+func TestCargoViewProjectTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	cfg := filepath.Join(ws, ".cargo", "config.toml")
+	os.MkdirAll(filepath.Dir(cfg), 0o755)
+	os.MkdirAll(home, 0o755)
+	os.WriteFile(cfg, []byte("[registries.own]\nindex = \"sparse+https://own.internal/\"\ntoken = \"PROJECTSECRET\"\n[net]\nretry = 2\n"), 0o644)
+	v, err := Source{Env: []string{"HOME=" + home}, Workspace: ws}.View([]string{"cargo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copy *File
+	for i, f := range v.Files {
+		if strings.Contains(string(f.Content), "PROJECTSECRET") {
+			t.Errorf("%s%s holds the token", f.Path, f.HomeRel)
+		}
+		if f.Replaces == cfg {
+			copy = &v.Files[i]
+		}
+	}
+	if copy == nil || copy.Path != cfg || !strings.Contains(string(copy.Content), "retry = 2") {
+		t.Errorf("no sanitized copy over %s: %+v", cfg, v.Files)
+	}
+}
