@@ -49,7 +49,7 @@ func (s Source) Caches(names []string) ([]Cache, error) {
 			cs = []Cache{{Name: name, Dir: lines[0], Env: "GOMODCACHE"}, {Name: name, Dir: lines[1], Env: "GOCACHE"}}
 		case "npm":
 			// npm's own order, without starting node (a third of a second): npm_config_cache, the
-			// project's then the user's npmrc, else ~/.npm.
+			// user's npmrc, else ~/.npm (never the project's, which the repository writes).
 			cs = []Cache{{Name: name, Dir: s.npmCacheDir(), Env: "npm_config_cache"}}
 		case "pip":
 			// pip's: PIP_CACHE_DIR, else the XDG cache directory.
@@ -98,7 +98,7 @@ func (s Source) Caches(names []string) ([]Cache, error) {
 }
 
 // npmCacheDir is where npm keeps its cache for this caller: npm_config_cache (any case), a cache=
-// line of the project's or the user's npmrc (environment references expanded), else ~/.npm.
+// line of the user's npmrc (environment references expanded), else ~/.npm.
 func (s Source) npmCacheDir() string {
 	for _, kv := range s.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, "npm_config_cache") && v != "" {
@@ -110,11 +110,9 @@ func (s Source) npmCacheDir() string {
 	if user == "" && home != "" {
 		user = filepath.Join(home, ".npmrc")
 	}
-	files := []string{user}
-	if s.Workspace != "" {
-		files = append([]string{filepath.Join(s.Workspace, ".npmrc")}, files...)
-	}
-	for _, f := range files {
+	// Not the project's .npmrc: its cache= would name the host directory shown to the sandbox (a
+	// repository's cache=${HOME} would show the whole home).
+	for _, f := range []string{user} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			continue

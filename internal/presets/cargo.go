@@ -2,6 +2,7 @@ package presets
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,6 +52,10 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 	}
 	cfg := cargoConfig{Registries: map[string]cargoRegistry{}, Source: map[string]cargoSource{}}
 	var userConfig map[string]any
+	// The index each registry has in the user's config.toml or the environment: credentials.toml's
+	// token for it goes there only, never to an index a project's config.toml put in its place.
+	userIndex := map[string]string{}
+	projectToken := map[string]string{} // registry → the token a project's config.toml gives it
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -58,12 +63,37 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		}
 		var c cargoConfig
 		if _, err := toml.Decode(string(data), &c); err != nil {
-			return nil, fmt.Errorf("preset cargo: %s: %w", f, err)
+			return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
 		}
 		cfg.merge(c)
 		if cargoHome != "" && f == filepath.Join(cargoHome, "config.toml") {
+			for name, r := range c.Registries {
+				userIndex[name] = r.Index
+			}
 			if _, err := toml.Decode(string(data), &userConfig); err != nil {
-				return nil, fmt.Errorf("preset cargo: %s: %w", f, err)
+				return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
+			}
+		} else {
+			held := false
+			for name, r := range c.Registries {
+				if r.Token != "" {
+					projectToken[name] = r.Token
+					held = true
+				}
+			}
+			if (held || c.Registry.Token != "") && s.Workspace != "" && strings.HasPrefix(f, s.Workspace+string(filepath.Separator)) {
+				// A token in a project's config.toml: the sandbox, which shows the workspace, gets the
+				// file without it (its tokens go to their registries from the gateway).
+				var doc map[string]any
+				if _, err := toml.Decode(string(data), &doc); err != nil {
+					return nil, fmt.Errorf("preset cargo: %s: %w", f, tomlError(err))
+				}
+				stripCargoTokens(doc)
+				var buf bytes.Buffer
+				if err := toml.NewEncoder(&buf).Encode(doc); err != nil {
+					return nil, fmt.Errorf("preset cargo: writing the sandbox's copy of %s: %w", f, err)
+				}
+				v.Files = append(v.Files, File{Path: f, Replaces: f, Content: buf.Bytes()})
 			}
 		}
 	}
@@ -78,8 +108,10 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 			switch rest {
 			case envName(name) + "_INDEX":
 				r.Index = val
+				userIndex[name] = val
 			case envName(name) + "_TOKEN":
 				r.Token = val
+				delete(projectToken, name)
 			}
 			cfg.Registries[name] = r
 		}
@@ -88,7 +120,7 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		if data, err := os.ReadFile(filepath.Join(cargoHome, "credentials.toml")); err == nil {
 			var creds cargoConfig
 			if _, err := toml.Decode(string(data), &creds); err != nil {
-				return nil, fmt.Errorf("preset cargo: %s: %w", filepath.Join(cargoHome, "credentials.toml"), err)
+				return nil, fmt.Errorf("preset cargo: %s: %w", filepath.Join(cargoHome, "credentials.toml"), tomlError(err))
 			}
 			for name, r := range creds.Registries {
 				if have, ok := cfg.Registries[name]; ok && r.Token != "" && have.Token == "" {
@@ -113,6 +145,12 @@ func (s Source) cargoView(v *View) ([]policy.Endpoint, error) {
 		u := strings.TrimPrefix(r.Index, "sparse+")
 		urls = append(urls, u)
 		if r.Token == "" {
+			continue
+		}
+		if r.Index != userIndex[name] && r.Token != projectToken[name] {
+			// The user's token (config.toml, credentials.toml, the environment) with an index a
+			// project's config.toml put in place of the user's: the token would go to the project's host.
+			v.Notes = append(v.Notes, fmt.Sprintf("cargo: the token for registry %s is not used: a project's config.toml gives the registry another index (%s) than yours", name, r.Index))
 			continue
 		}
 		host := hostOf(u)
@@ -255,4 +293,14 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return eps[0].Host
+}
+
+// tomlError is a parse error without the parser's text, which quotes what it found ("expected value
+// but found \"TOKEN\"") and so a token written without its quotes.
+func tomlError(err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("not valid TOML (line %d, after key %q)", pe.Position.Line, pe.LastKey)
+	}
+	return errors.New("not valid TOML")
 }

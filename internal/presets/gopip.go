@@ -59,11 +59,15 @@ func (s Source) stripUserinfo(v *View, preset, list string) (string, error) {
 		part := list[start:i]
 		if u, err := url.Parse(part); err == nil && u.User != nil && u.Hostname() != "" {
 			pass, _ := u.User.Password()
+			// Messages name the URL without its user part: a user name alone is often the token itself
+			// (https://TOKEN@host/), which Redacted would print.
+			shown := *u
+			shown.User = nil
 			if pass == "" {
-				return "", fmt.Errorf("preset %s: %s names a user without a password; give the registry's token as a credential", preset, u.Redacted())
+				return "", fmt.Errorf("preset %s: %s names a user without a password; give the registry's token as a credential", preset, shown.String())
 			}
 			name := tokenName(preset, len(v.Tokens)+1)
-			v.Tokens = append(v.Tokens, Token{Name: name, Host: strings.ToLower(u.Hostname()), Value: pass, Scheme: "basic", From: u.Redacted()})
+			v.Tokens = append(v.Tokens, Token{Name: name, Host: strings.ToLower(u.Hostname()), Value: pass, Scheme: "basic", From: shown.String()})
 			u.User = url.UserPassword(u.User.Username(), "PLACEHOLDER")
 			part = strings.Replace(u.String(), "PLACEHOLDER", Ref(name), 1)
 		}
@@ -77,8 +81,11 @@ func (s Source) stripUserinfo(v *View, preset, list string) (string, error) {
 }
 
 // pipViewScript prints pip's effective index settings ("index-url URL", "extra-index-url URL"), or its
-// built-in index and file host ("default URL") when none is set.
+// built-in index and file host ("default URL") when none is set. Its first line takes the working
+// directory (the workspace, which the sandbox writes) off sys.path, where python -c put it first:
+// otherwise a pip package planted there would be what the host imports and runs.
 const pipViewScript = `
+import os, sys; sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
 from pip._internal.configuration import Configuration
 from pip._internal.models.index import PyPI
 c = Configuration(isolated=False); c.load()

@@ -2,6 +2,7 @@ package presets
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,7 +83,7 @@ func (s Source) mavenView(v *View) ([]policy.Endpoint, error) {
 		}
 		var st mavenSettings
 		if err := xml.Unmarshal(data, &st); err != nil {
-			return nil, fmt.Errorf("preset maven: %s: %w", f, err)
+			return nil, fmt.Errorf("preset maven: %s: %w", f, xmlError(err))
 		}
 		add := func(id, u string) {
 			if u = strings.TrimSpace(u); u == "" {
@@ -237,7 +238,7 @@ func checkMavenClean(text string, refs map[string]string) error {
 			if err.Error() == "EOF" {
 				return nil
 			}
-			return fmt.Errorf("cannot be read after removing its secrets: %w", err)
+			return fmt.Errorf("cannot be read after removing its secrets: %w", xmlError(err))
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -259,4 +260,14 @@ func checkMavenClean(text string, refs map[string]string) error {
 			data.Reset()
 		}
 	}
+}
+
+// xmlError is a syntax error without the parser's text, which quotes what it found ("invalid
+// character entity &ssw0rd", a piece of a password with an & in it).
+func xmlError(err error) error {
+	var se *xml.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("not valid XML (line %d)", se.Line)
+	}
+	return errors.New("not valid XML")
 }

@@ -21,6 +21,12 @@ import (
 // replaced by placeholders. Files that hold auth lines and that the sandbox shows (the project's,
 // a global one under /usr) are replaced by copies without them.
 func (s Source) npmView(v *View) ([]policy.Endpoint, error) {
+	if key := s.projectNpmPathKey(); key != "" {
+		// npm honours them from the project's file, and cordon reads (userconfig, globalconfig) or
+		// shows (prefix) the host paths they name: a cloned repository would pick which of the host's
+		// files the sandbox gets.
+		return nil, fmt.Errorf("preset npm: %s sets %s, which names a host path cordon would read or show the sandbox; remove it from the project's .npmrc (set it in ~/.npmrc instead)", filepath.Join(s.Workspace, ".npmrc"), key)
+	}
 	out, err := s.runIn(s.Workspace, "npm", "config", "list", "--json")
 	if err != nil {
 		return nil, fmt.Errorf("preset npm: asking npm for its configuration: %w", err)
@@ -215,4 +221,35 @@ func registryScheme(urls []string, host string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// npmPathKeys are the npm settings that name host paths which cordon reads or shows: never taken from
+// the project's .npmrc, which the repository (or an agent's accepted change) writes.
+var npmPathKeys = []string{"userconfig", "globalconfig", "prefix", "cache"}
+
+// projectNpmPathKey is the first of npmPathKeys the workspace's .npmrc sets (keys compared as npm
+// might spell them: any case, _ for -), "" when none.
+func (s Source) projectNpmPathKey() string {
+	if s.Workspace == "" {
+		return ""
+	}
+	data, err := os.ReadFile(filepath.Join(s.Workspace, ".npmrc"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, ";") {
+			continue
+		}
+		k, _, _ := strings.Cut(trimmed, "=")
+		k = strings.ReplaceAll(strings.ToLower(strings.Trim(strings.TrimSpace(k), `"'`)), "_", "-")
+		if i := strings.LastIndexAny(k, ":."); i >= 0 {
+			k = k[i+1:]
+		}
+		if slices.Contains(npmPathKeys, k) {
+			return k
+		}
+	}
+	return ""
 }

@@ -143,7 +143,8 @@ func TestCaches(t *testing.T) {
 	for _, d := range []string{"mod", "build", "npmc", "projnpm", filepath.Join("home", ".cache", "pip"), filepath.Join("home", ".m2", "repository"), filepath.Join("home", ".cargo", "registry"), "ws"} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
 	}
-	os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("cache=${PROJ}/projnpm\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("cache=${HOME}\n"), 0o644) // the repository's: never a cache shown
+	os.WriteFile(filepath.Join(home, ".npmrc"), []byte("cache=${PROJ}/projnpm\n"), 0o644)
 	src := Source{Env: []string{"HOME=" + home, "PROJ=" + dir}, Workspace: ws, Run: fakeTools(map[string]string{"go": filepath.Join(dir, "mod") + "\n" + filepath.Join(dir, "build") + "\n"})}
 	got, err := src.Caches([]string{"go", "npm", "pip", "cargo", "maven"})
 	if err != nil {
@@ -284,5 +285,116 @@ func TestMavenView(t *testing.T) {
 	}
 	if len(v.Notes) != 1 || !strings.Contains(v.Notes[0], "encrypted") {
 		t.Errorf("notes %q: want one for the encrypted password", v.Notes)
+	}
+}
+
+// TestNpmViewProjectPaths: a project's .npmrc that names a host path cordon would read or show
+// (userconfig: its contents would become the sandbox's ~/.npmrc; prefix: shown read-only) is refused.
+func TestNpmViewProjectPaths(t *testing.T) {
+	dir := t.TempDir()
+	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
+	secret := filepath.Join(dir, "aws-credentials")
+	os.MkdirAll(ws, 0o755)
+	os.MkdirAll(home, 0o755)
+	os.WriteFile(secret, []byte("username=x\naws_secret_access_key=HOSTSECRET\n"), 0o600)
+	for _, line := range []string{"userconfig=" + secret, " Prefix = " + home, "globalconfig=" + secret, "cache=" + home} {
+		os.WriteFile(filepath.Join(ws, ".npmrc"), []byte("registry=https://reg.internal/\n"+line+"\n"), 0o644)
+		src := Source{Env: []string{"HOME=" + home}, Workspace: ws, Run: func(context.Context, []string, string, string, ...string) ([]byte, error) {
+			// What npm reports when the project's file sets them.
+			return []byte(`{"registry": "https://reg.internal/", "userconfig": "` + secret + `", "globalconfig": "` + secret + `", "prefix": "` + home + `"}`), nil
+		}}
+		v, err := src.View([]string{"npm"})
+		if err == nil {
+			for _, f := range v.Files {
+				if strings.Contains(string(f.Content), "HOSTSECRET") {
+					t.Errorf("%q: the host file named by the project reached the sandbox in %s%s", line, f.Path, f.HomeRel)
+				}
+			}
+			if slices.Contains(v.ReadOnly, home) {
+				t.Errorf("%q: the prefix the project named is shown", line)
+			}
+			t.Errorf("%q: the view was made", line)
+		}
+	}
+}
+
+// TestCargoViewProjectIndex: a project's config.toml that points one of the user's registries at
+// another index does not take the user's token (config.toml's or credentials.toml's) there.
+func TestCargoViewProjectIndex(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for p, body := range map[string]string{
+		filepath.Join(home, ".cargo", "config.toml"):      "[registries.corp]\nindex = \"sparse+https://crates.corp.internal/index/\"\ntoken = \"CONFIGSECRET\"\n[registries.other]\nindex = \"sparse+https://other.internal/index/\"\n",
+		filepath.Join(home, ".cargo", "credentials.toml"): "[registries.other]\ntoken = \"CREDSECRET\"\n",
+		filepath.Join(ws, ".cargo", "config.toml"):        "[registries.corp]\nindex = \"sparse+https://evil.example/index/\"\n[registries.other]\nindex = \"sparse+https://evil.example/other/\"\n[registries.own]\nindex = \"sparse+https://own.internal/\"\ntoken = \"PROJECTTOKEN\"\n",
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := Source{Env: []string{"HOME=" + home}, Workspace: ws}.View([]string{"cargo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range v.Tokens {
+		if tok.Host == "evil.example" {
+			t.Errorf("the user's token %s goes to the project's index host: %+v", tok.From, tok)
+		}
+	}
+	if len(v.Tokens) != 1 || v.Tokens[0].Host != "own.internal" {
+		t.Errorf("tokens %+v, want only the project's own", v.Tokens)
+	}
+}
+
+// TestCargoViewParseErrorNamesNoToken: a credentials.toml with a token left unquoted is an error
+// that does not quote the token.
+func TestCargoViewParseErrorNamesNoToken(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".cargo"), 0o755)
+	os.WriteFile(filepath.Join(home, ".cargo", "config.toml"), []byte("[registries.corp]\nindex = \"sparse+https://crates.corp.internal/\"\n"), 0o600)
+	os.WriteFile(filepath.Join(home, ".cargo", "credentials.toml"), []byte("[registries.corp]\ntoken = UNQUOTEDSECRET\n"), 0o600)
+	_, err := Source{Env: []string{"HOME=" + home}}.View([]string{"cargo"})
+	if err == nil || strings.Contains(err.Error(), "UNQUOTEDSECRET") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestMavenViewParseErrorNamesNoPassword: a settings.xml the XML parser rejects inside a password is
+// an error that does not quote it.
+func TestMavenViewParseErrorNamesNoPassword(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".m2"), 0o755)
+	os.WriteFile(filepath.Join(home, ".m2", "settings.xml"), []byte("<settings><servers><server><id>r</id><password>p&ssw0rdSECRET</password></server></servers></settings>"), 0o600)
+	_, err := Source{Env: []string{"HOME=" + home, "MAVEN_HOME=/nonexistent"}}.View([]string{"maven"})
+	if err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestCargoViewProjectTokenFile: a token in the project's .cargo/config.toml is a credential, and the
+// sandbox gets that file without it in place of the original it would otherwise read in the workspace.
+func TestCargoViewProjectTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	cfg := filepath.Join(ws, ".cargo", "config.toml")
+	os.MkdirAll(filepath.Dir(cfg), 0o755)
+	os.MkdirAll(home, 0o755)
+	os.WriteFile(cfg, []byte("[registries.own]\nindex = \"sparse+https://own.internal/\"\ntoken = \"PROJECTSECRET\"\n[net]\nretry = 2\n"), 0o644)
+	v, err := Source{Env: []string{"HOME=" + home}, Workspace: ws}.View([]string{"cargo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copy *File
+	for i, f := range v.Files {
+		if strings.Contains(string(f.Content), "PROJECTSECRET") {
+			t.Errorf("%s%s holds the token", f.Path, f.HomeRel)
+		}
+		if f.Replaces == cfg {
+			copy = &v.Files[i]
+		}
+	}
+	if copy == nil || copy.Path != cfg || !strings.Contains(string(copy.Content), "retry = 2") {
+		t.Errorf("no sanitized copy over %s: %+v", cfg, v.Files)
 	}
 }
