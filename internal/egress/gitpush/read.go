@@ -144,9 +144,7 @@ func parse(pr *pktReader) (*Request, error) {
 		// separates them by git's isspace (space, tab, LF, CR): split on " " alone, "report-status\tpush-options"
 		// would hide push options from the rule that git still reads and the server acts on.
 		caps, _, _ = bytes.Cut(caps, []byte{0})
-		for _, c := range strings.FieldsFunc(string(caps), gitSpace) {
-			req.Capabilities = append(req.Capabilities, c)
-		}
+		req.Capabilities = append(req.Capabilities, strings.FieldsFunc(string(caps), gitSpace)...)
 		if string(cmd) == "push-cert" {
 			return nil, ErrSigned
 		}
