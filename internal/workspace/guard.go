@@ -60,6 +60,13 @@ var pathRules = []pathRule{
 	{"idea", "**/.idea/workspace.xml", "JetBrains run configurations run programs"},
 	{"githooks-dir", "**/.husky/**", "husky installs these as git hooks"},
 	{"pre-commit", "**/.pre-commit-config.yaml", "pre-commit runs these hooks on every commit"},
+	// Tool configuration that cordon's presets also read: besides what the tool itself does with it,
+	// a registry it names is allowed on the next run, so an applied change would widen the policy.
+	{"npmrc", "**/.npmrc", "npm takes registries, scripts settings and a shell from it; cordon's npm preset allows the registries it names"},
+	{"cargo-config", "**/.cargo/config.toml", "cargo runs the rustc wrappers and runners it names; cordon's cargo preset allows the registries it names"},
+	{"cargo-config", "**/.cargo/config", "cargo runs the rustc wrappers and runners it names; cordon's cargo preset allows the registries it names"},
+	{"pip-conf", "**/pip.conf", "pip (in a virtualenv) takes its index from it; cordon's pypi preset allows it"},
+	{"maven-config", "**/.mvn/**", "Maven loads the extensions and options it names; cordon's maven preset reads its settings"},
 }
 
 // gitSafe are the parts of a git directory that git only reads as data: objects and refs, which an
