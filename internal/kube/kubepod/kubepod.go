@@ -1,0 +1,263 @@
+// Package kubepod is the contract between cordon outside a Kubernetes cluster (which renders a run's
+// pod and Secret and collects the run's results) and the pieces of cordon inside that pod (the setup
+// step, the gateway sidecar, the clone step, the agent's wrapper and the keeper). Both sides are the
+// same binary at possibly different versions, so everything that crosses is named here, once: the
+// identities, the paths, the subcommands and the files' formats, with a version that the inside
+// refuses when it does not know it.
+//
+// The pod, in the order kubelet starts it:
+//
+//  1. init "setup" (cordon image, root with CAP_NET_ADMIN only): copies cordon's binary to BinDir for
+//     the containers of other images and installs the redirect rules in the pod's network namespace:
+//     every TCP connection and DNS query of every uid but GatewayUID goes to the gateway, anything
+//     else is dropped. It exits before anything else starts.
+//  2. init "gateway", a native sidecar (restartPolicy Always; cordon image, GatewayUID): reads
+//     SecretDir/ConfigFile, serves the pod's loopback, writes TrustDir/TrustBundle and then ReadyFile
+//     (its startup probe), and the audit log to AuditDir/AuditFile. The only container holding
+//     credentials.
+//  3. init "clone" (agent image, AgentUID): fetches the repository at the ref through the gateway into
+//     WorkspaceDir/Checkout, and writes the commit it checked out as its termination message.
+//  4. "agent" (agent image, AgentUID, read-only root, no capabilities): the wrapper runs the command in
+//     the checkout (.git/hooks and .git/config mounted read-only), and when it has ended writes the
+//     changes against the commit to OutDir/PatchFile and its status to OutDir/StatusFile, then exits
+//     with the command's status.
+//  5. "keeper" (cordon image, KeeperUID): holds the pod open after the agent has exited, so that
+//     cordon can fetch OutDir and the audit log through the API (exec of the Fetch subcommand).
+package kubepod
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cordon-sandbox/cordon/internal/creds"
+)
+
+// Version is the format of ConfigFile, StatusFile and Fetch's stream. The inside refuses another.
+const Version = 1
+
+// Identities inside the pod. The redirect exempts GatewayUID only; the agent, the clone step and the
+// keeper are each some other uid, never 0 and never GatewayUID, with no capabilities and
+// no_new_privs, so none of them can become the gateway.
+const (
+	GatewayUID = 15000
+	KeeperUID  = 15001
+	AgentUID   = 1000 // the default; the policy's user may name another (never 0, GatewayUID or KeeperUID)
+)
+
+// Paths inside the pod's containers.
+const (
+	// BinaryInImage is cordon's static binary in the cordon image.
+	BinaryInImage = "/cordon"
+	// BinDir holds the copy of cordon's binary (Binary) that setup makes for the containers of the
+	// agent's image (emptyDir, read-only to them).
+	BinDir = "/run/cordon/bin"
+	Binary = BinDir + "/cordon"
+	// SecretDir is the run's Secret, mounted into the gateway only.
+	SecretDir  = "/run/cordon/secret"
+	ConfigFile = "gateway.json" // a GatewayConfig, as JSON
+	// TrustDir is written by the gateway and read-only to the clone step and the agent.
+	TrustDir    = "/run/cordon/trust"
+	TrustBundle = "ca-bundle.pem" // GatewayConfig.Roots and the run's CA: what SSL_CERT_FILE names
+	RunCA       = "run-ca.pem"    // the run's CA alone (NODE_EXTRA_CA_CERTS)
+	ReadyFile   = "ready"         // exists once the gateway serves
+	// AuditDir is the gateway's audit log (emptyDir: written by the gateway, read-only to the keeper).
+	AuditDir  = "/run/cordon/audit"
+	AuditFile = "audit.jsonl"
+	// WorkspaceDir is the workspace (emptyDir); Checkout is the repository's working tree in it.
+	WorkspaceDir = "/workspace"
+	Checkout     = WorkspaceDir + "/src"
+	// OutDir is written by the agent's wrapper and read-only to the keeper.
+	OutDir     = "/run/cordon/out"
+	PatchFile  = "changes.patch" // `git diff --binary` of the checkout against the commit, untracked files included
+	StatusFile = "status.json"   // a Status
+)
+
+// Subcommands of cordon's binary that the pod runs (argv after the binary).
+var (
+	SetupArgs   = []string{"kube", "setup"}   // + --gateway-uid N --copy-to Binary
+	GatewayArgs = []string{"kube", "gateway"} // + --config SecretDir/ConfigFile
+	ReadyArgs   = []string{"kube", "ready"}   // exit 0 once TrustDir/ReadyFile exists (the startup probe)
+	CloneArgs   = []string{"kube", "clone"}   // + --repo URL --ref REF --dir Checkout
+	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout --base COMMIT -- CMD...
+	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
+	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
+)
+
+// AttachHello is what cordon writes to the agent's stdin once its attach stream is open; with
+// --attach, the wrapper reads it before it starts the command, so that none of the command's output
+// is written before anyone reads it (a pod's attach, unlike its log, does not replay).
+const AttachHello = "cordon-attach-v1\n"
+
+// GatewayConfig is everything the gateway in the pod needs, written by cordon into the run's Secret.
+// It holds the credentials' real values: it is never printed, logged or rendered.
+type GatewayConfig struct {
+	Version int    `json:"version"`
+	RunID   string `json:"runID"`
+	// PolicyName names the policy in messages (its file's path on the machine that ran cordon).
+	PolicyName string `json:"policyName"`
+	// Policy is the policy file's bytes, parsed again inside with policy.Parse; Allow are the run's
+	// --allow additions, appended to network.allow as cordon run does locally.
+	Policy []byte   `json:"policy"`
+	Allow  []string `json:"allow,omitempty"`
+	// Hostname is the pod's host name (the agent's DNS answers it with loopback).
+	Hostname string `json:"hostname"`
+	// Credentials are the run's prepared credentials (creds.Set.Export): the placeholders the agent
+	// has and the values the gateway puts in their place.
+	Credentials []creds.Exported `json:"credentials,omitempty"`
+	// Roots are the certificate authorities (PEM) the gateway verifies upstreams with when the policy
+	// names none (network.tls.caFile is in Policy's own terms and read where cordon ran: it is sent
+	// here as CAFile), and that go into TrustBundle for the agent beside the run's CA. The cordon
+	// image has none of its own.
+	Roots  []byte `json:"roots,omitempty"`
+	CAFile []byte `json:"caFile,omitempty"`
+	// AuditMaxBytes caps the audit log; 0 means the default.
+	AuditMaxBytes int64 `json:"auditMaxBytes,omitempty"`
+}
+
+// Check refuses a config of another version or without a policy.
+func (c *GatewayConfig) Check() error {
+	switch {
+	case c.Version != Version:
+		return fmt.Errorf("kubepod: gateway config version %d, this cordon reads %d (the pod's cordon image and the cordon that started the run differ)", c.Version, Version)
+	case len(c.Policy) == 0:
+		return errors.New("kubepod: gateway config without a policy")
+	}
+	return nil
+}
+
+// Status is what the agent's wrapper reports when the command has ended.
+type Status struct {
+	Version int `json:"version"`
+	// Base is the commit the patch is against (as the clone step checked it out).
+	Base string `json:"base"`
+	// PatchError, when set, says why no patch could be made (PatchFile is then absent).
+	PatchError string `json:"patchError,omitempty"`
+}
+
+// Bundle is Fetch's output: one JSON object per line, in this order: a header, then the patch and the
+// audit log each as a run of chunks. Chunks carry bytes (base64 in JSON), so nothing the agent wrote
+// can forge the framing.
+type Bundle struct {
+	Header *BundleHeader `json:"header,omitempty"`
+	// Part is "patch" or "audit"; Data is the next piece of that file.
+	Part string `json:"part,omitempty"`
+	Data []byte `json:"data,omitempty"`
+	// End closes the bundle with each part's total size, so a cut stream is an error.
+	End *BundleEnd `json:"end,omitempty"`
+}
+
+// BundleHeader opens a Bundle.
+type BundleHeader struct {
+	Version int     `json:"version"`
+	Status  *Status `json:"status,omitempty"` // nil when the wrapper wrote none (it did not finish)
+}
+
+// BundleEnd closes a Bundle.
+type BundleEnd struct {
+	PatchBytes int64 `json:"patchBytes"`
+	AuditBytes int64 `json:"auditBytes"`
+	HasPatch   bool  `json:"hasPatch"`
+}
+
+// Parts of a Bundle.
+const (
+	PartPatch = "patch"
+	PartAudit = "audit"
+)
+
+// MaxPatchBytes and MaxAuditBytes bound what cordon reads back from a pod.
+const (
+	MaxPatchBytes = 256 << 20
+	MaxAuditBytes = 256 << 20
+)
+
+// ChunkBytes is the size of one Bundle chunk before base64.
+const ChunkBytes = 48 << 10
+
+// ReadBundle reads a Bundle from r, writing the patch to patch and the audit log to audit, and
+// returns the header. A stream that is cut, out of order, over the limits, or of another version is
+// an error.
+func ReadBundle(r io.Reader, patch, audit io.Writer) (*BundleHeader, *BundleEnd, error) {
+	dec := json.NewDecoder(r)
+	var hdr *BundleHeader
+	var np, na int64
+	for {
+		var b Bundle
+		if err := dec.Decode(&b); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil, errors.New("kubepod: the pod's bundle ended before its end record")
+			}
+			return nil, nil, fmt.Errorf("kubepod: reading the pod's bundle: %w", err)
+		}
+		switch {
+		case b.Header != nil:
+			if hdr != nil {
+				return nil, nil, errors.New("kubepod: bundle has two headers")
+			}
+			if b.Header.Version != Version {
+				return nil, nil, fmt.Errorf("kubepod: bundle version %d, this cordon reads %d", b.Header.Version, Version)
+			}
+			hdr = b.Header
+		case hdr == nil:
+			return nil, nil, errors.New("kubepod: bundle does not start with a header")
+		case b.End != nil:
+			if b.End.PatchBytes != np || b.End.AuditBytes != na {
+				return nil, nil, fmt.Errorf("kubepod: bundle cut short: %d/%d patch bytes, %d/%d audit bytes", np, b.End.PatchBytes, na, b.End.AuditBytes)
+			}
+			return hdr, b.End, nil
+		case b.Part == PartPatch:
+			if np += int64(len(b.Data)); np > MaxPatchBytes {
+				return nil, nil, fmt.Errorf("kubepod: the run's changes are over %d MiB", MaxPatchBytes>>20)
+			}
+			if _, err := patch.Write(b.Data); err != nil {
+				return nil, nil, err
+			}
+		case b.Part == PartAudit:
+			if na += int64(len(b.Data)); na > MaxAuditBytes {
+				return nil, nil, fmt.Errorf("kubepod: the run's audit log is over %d MiB", MaxAuditBytes>>20)
+			}
+			if _, err := audit.Write(b.Data); err != nil {
+				return nil, nil, err
+			}
+		default:
+			return nil, nil, fmt.Errorf("kubepod: bundle record of unknown part %q", b.Part)
+		}
+	}
+}
+
+// WriteBundle writes a Bundle of the given files' contents to w (the Fetch side).
+func WriteBundle(w io.Writer, status *Status, patch, audit io.Reader) error {
+	enc := json.NewEncoder(w)
+	if err := enc.Encode(Bundle{Header: &BundleHeader{Version: Version, Status: status}}); err != nil {
+		return err
+	}
+	end := BundleEnd{HasPatch: patch != nil}
+	for _, p := range []struct {
+		name string
+		r    io.Reader
+		n    *int64
+	}{{PartPatch, patch, &end.PatchBytes}, {PartAudit, audit, &end.AuditBytes}} {
+		if p.r == nil {
+			continue
+		}
+		buf := make([]byte, ChunkBytes)
+		for {
+			n, err := io.ReadFull(p.r, buf)
+			if n > 0 {
+				if werr := enc.Encode(Bundle{Part: p.name, Data: buf[:n]}); werr != nil {
+					return werr
+				}
+				*p.n += int64(n)
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("kubepod: reading %s: %w", p.name, err)
+			}
+		}
+	}
+	return enc.Encode(Bundle{End: &end})
+}
