@@ -10,6 +10,10 @@
 // sandbox.EgressPorts and the sockets travel as sandbox.Listeners, so that the gateway, which serves
 // them and reads each redirected connection's original destination itself, imports none of this.
 //
+// A Kubernetes pod gets a variant (InstallPod, ListenersHere): the setup step installs the same
+// redirect in the pod's own namespace, exempting the uid of the gateway sidecar, which listens on the
+// pod's loopback itself and dials upstreams through the pod's interface; no routes are added.
+//
 // Everything here fails closed: a namespace path that is not a network namespace, a ruleset that does
 // not read back as written, or a thread that cannot return to its own namespace is an error, and the
 // caller must not start the agent.

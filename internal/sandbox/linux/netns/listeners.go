@@ -41,11 +41,27 @@ func raiseSomaxconn() {
 	_ = os.WriteFile(somaxconnPath, []byte(strconv.Itoa(listenBacklog)), 0)
 }
 
+// socketRole is what a socket Listeners creates is for.
+type socketRole int
+
+const (
+	roleTransparent socketRole = iota
+	roleProxy
+	roleDNSTCP
+	roleDNSUDP
+)
+
 // socketSpec is one socket Listeners creates.
 type socketSpec struct {
-	udp  bool
+	role socketRole
 	port uint16
-	role *[]net.Listener // nil for the UDP socket
+}
+
+// madeSocket is a socket made, not yet handed to the runtime.
+type madeSocket struct {
+	spec socketSpec
+	fd   int
+	addr netip.Addr
 }
 
 // Listeners creates, inside the network namespace at nsPath (/proc/<pid>/ns/net of the sandbox's
@@ -66,57 +82,73 @@ func Listeners(nsPath string, ports sandbox.EgressPorts) (*sandbox.Listeners, er
 	}
 	defer func() { _ = unix.Close(nsFD) }()
 
-	set := &sandbox.Listeners{}
-	specs := []socketSpec{
-		{port: ports.Transparent, role: &set.Transparent},
-		{port: ports.Proxy, role: &set.Proxy},
-		{port: ports.DNS, role: &set.DNSTCP},
-		{port: ports.DNS, udp: true},
-	}
-	type made struct {
-		spec socketSpec
-		fd   int
-		addr netip.Addr
-	}
-	var fds []made
-	closeFDs := func() {
-		for _, m := range fds {
-			_ = unix.Close(m.fd)
-		}
-	}
+	var fds []madeSocket
 	err = inNetNS(nsFD, func() error {
-		raiseSomaxconn()
-		for _, addr := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
-			var family []made
-			for _, spec := range specs {
-				fd, err := loopbackSocket(addr, spec.port, spec.udp)
-				if addr.Is6() && len(family) == 0 && (errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL)) {
-					// No IPv6 in this namespace, or no ::1 on lo: the sandbox cannot reach ::1 either.
-					break
-				}
-				if err != nil {
-					for _, m := range family {
-						_ = unix.Close(m.fd)
-					}
-					return err
-				}
-				family = append(family, made{spec, fd, addr})
-			}
-			fds = append(fds, family...)
-		}
-		return nil
+		var err error
+		fds, err = makeSockets(ports)
+		return err
 	})
 	if err != nil {
-		closeFDs()
 		return nil, fmt.Errorf("netns: listeners in %s: %w", nsPath, err)
 	}
+	return wrapSockets(fds)
+}
 
-	// Wrap the raw sockets outside the namespace: net.FileListener duplicates the descriptor and hands it
-	// to the runtime's poller; the namespace travels with the socket.
+// ListenersHere is Listeners in the calling process's own network namespace, for a gateway that
+// runs in the namespace it serves (a Kubernetes pod's sidecar, which may not setns): the same
+// sockets, made the same way.
+func ListenersHere(ports sandbox.EgressPorts) (*sandbox.Listeners, error) {
+	if err := ports.Validate(); err != nil {
+		return nil, fmt.Errorf("netns: %w", err)
+	}
+	fds, err := makeSockets(ports)
+	if err != nil {
+		return nil, fmt.Errorf("netns: listeners in this namespace: %w", err)
+	}
+	return wrapSockets(fds)
+}
+
+// makeSockets makes the gateway's sockets in the calling thread's network namespace; on an error it
+// closes what it made.
+func makeSockets(ports sandbox.EgressPorts) ([]madeSocket, error) {
+	specs := []socketSpec{
+		{roleTransparent, ports.Transparent},
+		{roleProxy, ports.Proxy},
+		{roleDNSTCP, ports.DNS},
+		{roleDNSUDP, ports.DNS},
+	}
+	raiseSomaxconn()
+	var fds []madeSocket
+	for _, addr := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()} {
+		var family []madeSocket
+		for _, spec := range specs {
+			fd, err := loopbackSocket(addr, spec.port, spec.role == roleDNSUDP)
+			if addr.Is6() && len(family) == 0 && (errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL)) {
+				// No IPv6 in this namespace, or no ::1 on lo: the sandbox cannot reach ::1 either.
+				break
+			}
+			if err != nil {
+				for _, m := range append(fds, family...) {
+					_ = unix.Close(m.fd)
+				}
+				return nil, err
+			}
+			family = append(family, madeSocket{spec, fd, addr})
+		}
+		fds = append(fds, family...)
+	}
+	return fds, nil
+}
+
+// wrapSockets hands the raw sockets to the runtime (outside the namespace, for Listeners):
+// net.FileListener duplicates the descriptor and gives it to the runtime's poller; the namespace
+// travels with the socket. It consumes fds, also on an error.
+func wrapSockets(fds []madeSocket) (*sandbox.Listeners, error) {
+	set := &sandbox.Listeners{}
 	for i, m := range fds {
 		f := os.NewFile(uintptr(m.fd), fmt.Sprintf("cordon-gateway-%s", netip.AddrPortFrom(m.addr, m.spec.port)))
 		var err error
-		if m.spec.udp {
+		if m.spec.role == roleDNSUDP {
 			var c net.PacketConn
 			if c, err = net.FilePacketConn(f); err == nil {
 				set.DNSUDP = append(set.DNSUDP, c)
@@ -124,7 +156,14 @@ func Listeners(nsPath string, ports sandbox.EgressPorts) (*sandbox.Listeners, er
 		} else {
 			var l net.Listener
 			if l, err = net.FileListener(f); err == nil {
-				*m.spec.role = append(*m.spec.role, l)
+				switch m.spec.role {
+				case roleTransparent:
+					set.Transparent = append(set.Transparent, l)
+				case roleProxy:
+					set.Proxy = append(set.Proxy, l)
+				default:
+					set.DNSTCP = append(set.DNSTCP, l)
+				}
 			}
 		}
 		_ = f.Close()

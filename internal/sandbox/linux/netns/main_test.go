@@ -28,6 +28,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-sandbox/cordon/internal/nstest"
 	"github.com/cordon-sandbox/cordon/internal/origdst"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
@@ -47,6 +48,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	nstest.Main() // a command run inside a test namespace (nstest.NS.Command)
 	switch os.Getenv(envChild) {
 	case "":
 		os.Exit(m.Run())
@@ -56,6 +58,8 @@ func TestMain(m *testing.M) {
 		os.Exit(execMain())
 	case "attack":
 		os.Exit(attackMain())
+	case "probe":
+		os.Exit(probeMain(os.Args[1:]))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", envChild, os.Getenv(envChild))
 		os.Exit(2)
@@ -311,9 +315,15 @@ func newNS(t *testing.T, env ...string) *testNS {
 	return n
 }
 
-// do runs fn with the calling thread inside the namespace: sockets fn creates live there.
+// do runs fn with the calling thread inside the namespace: sockets fn creates live there. A testNS
+// with fd -1 is the process's own namespace (a probe helper already inside), and t may then be nil.
 func (n *testNS) do(t *testing.T, fn func() error) error {
-	t.Helper()
+	if t != nil {
+		t.Helper()
+	}
+	if n.fd < 0 {
+		return fn()
+	}
 	return inNetNS(n.fd, fn)
 }
 
@@ -502,7 +512,7 @@ func (n *testNS) pingProbe(t *testing.T, addr netip.Addr) string {
 	msg := icmp.Message{Type: req, Body: &icmp.Echo{ID: 0xc0d, Seq: 1, Data: []byte("cordon")}}
 	b, err := msg.Marshal(nil) // ICMPv6: the kernel fills in the checksum on raw sockets
 	if err != nil {
-		t.Fatal(err)
+		return "marshal: " + err.Error()
 	}
 	if _, err := c.WriteTo(b, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
 		return errName(err)

@@ -4,6 +4,7 @@ package netns
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -62,9 +63,33 @@ func InstallHere(ports sandbox.EgressPorts) error {
 	return install(-1, "this namespace", ports)
 }
 
+// InstallPod programs the calling process's network namespace, a Kubernetes pod's, for the pod's
+// gateway sidecar, which runs as exemptUID: every other uid's TCP connections and DNS queries go to
+// the gateway's ports as Install sends the sandbox's, and everything else they send is dropped;
+// exemptUID's connections go where they are addressed (the gateway dials upstreams, and asks the
+// cluster's resolver, itself). Nothing comes in but answers and loopback, and nothing is forwarded.
+// Unlike Install it adds no routes: the pod has its own interface and routes, which the gateway's
+// connections need.
+//
+// The ruleset is written in one batch and read back as Install's is; any error means the pod must
+// not go on. exemptUID 0 is refused: root is the setup step's own identity, and no other container
+// may share what the gateway is allowed.
+func InstallPod(ports sandbox.EgressPorts, exemptUID uint32) error {
+	if err := ports.Validate(); err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	if exemptUID == 0 {
+		return errors.New("netns: the pod's rules cannot exempt uid 0")
+	}
+	if err := installRules(-1, podRuleset(ports, exemptUID)); err != nil {
+		return fmt.Errorf("netns: install the pod's rules: %w", err)
+	}
+	return nil
+}
+
 // install does the work in the namespace nsFD, or in the current one when nsFD is -1.
 func install(nsFD int, name string, ports sandbox.EgressPorts) error {
-	if err := installRules(nsFD, ports); err != nil {
+	if err := installRules(nsFD, ruleset(ports)); err != nil {
 		return fmt.Errorf("netns: install rules in %s: %w", name, err)
 	}
 	if err := routeThroughLoopback(nsFD); err != nil {
@@ -73,8 +98,8 @@ func install(nsFD int, name string, ports sandbox.EgressPorts) error {
 	return nil
 }
 
-// installRules writes the ruleset in one batch and verifies it.
-func installRules(nsFD int, ports sandbox.EgressPorts) error {
+// installRules writes rs in one batch and verifies it.
+func installRules(nsFD int, rs wantRuleset) error {
 	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if nsFD >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(nsFD))
@@ -85,7 +110,6 @@ func installRules(nsFD int, ports sandbox.EgressPorts) error {
 	}
 	defer func() { _ = conn.CloseLasting() }()
 
-	rs := ruleset(ports)
 	// Add, delete, add: the table exists after the first message whether or not it existed before, so
 	// the delete cannot fail, and the whole replacement commits as one transaction or not at all.
 	conn.AddTable(rs.table)
@@ -118,30 +142,77 @@ type wantChain struct {
 	rules [][]expr.Any
 }
 
-func ruleset(p sandbox.EgressPorts) wantRuleset {
+// ruleset is the sandbox's table (Install).
+func ruleset(p sandbox.EgressPorts) wantRuleset { return buildRuleset(p, nil) }
+
+// podRuleset is a pod's table (InstallPod): the sandbox's, with exemptUID's traffic let through
+// first, and answers let in (the sandbox has loopback only, so its input chain needs no such rule).
+func podRuleset(p sandbox.EgressPorts, exemptUID uint32) wantRuleset { return buildRuleset(p, &exemptUID) }
+
+// buildRuleset is the one builder of both tables; exempt is nil for the sandbox's.
+func buildRuleset(p sandbox.EgressPorts, exempt *uint32) wantRuleset {
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	accept, drop := nftables.ChainPolicyAccept, nftables.ChainPolicyDrop
 
 	// nat output: decide where each new connection really goes. Replies never pass NAT chains.
+	// The exempt uid (a pod's gateway) goes first and is left alone: its connections and its own DNS
+	// queries go where they are addressed.
 	// Loopback stays loopback: it only reaches sockets of the sandbox's own namespace (the agent's test
 	// servers, and the gateway's own listeners, the explicit proxy above all), so it is no way out. A
 	// direct connection to the transparent port shows itself to the gateway as such and is refused.
 	// DNS comes first: any resolver address, loopback ones such as 127.0.0.53 included, is the gateway.
-	nat := [][]expr.Any{
+	var nat [][]expr.Any
+	if exempt != nil {
+		nat = append(nat, cat(skuid(*exempt), verdict(expr.VerdictAccept)))
+	}
+	nat = append(nat,
 		cat(l4(unix.IPPROTO_UDP), dport(dnsPort), redirect(p.DNS)),
 		cat(l4(unix.IPPROTO_TCP), dport(dnsPort), redirect(p.DNS)),
-	}
+	)
 	for _, fam := range families() {
 		nat = append(nat, cat(fam.loopback(), verdict(expr.VerdictAccept)))
 	}
 	nat = append(nat, cat(l4(unix.IPPROTO_TCP), redirect(p.Transparent)))
 
 	// filter output: after NAT, the only new traffic allowed is TCP and UDP on loopback (where every
-	// redirected connection now points). ICMP and raw IP stay dropped, even on loopback.
-	filter := [][]expr.Any{ctEstablished()}
+	// redirected connection now points), and, in a pod, whatever the exempt uid sends. ICMP and raw
+	// IP stay dropped, even on loopback.
+	var filter [][]expr.Any
+	if exempt != nil {
+		filter = append(filter, cat(skuid(*exempt), verdict(expr.VerdictAccept)))
+	}
+	// The sandbox's routes all lead to lo, so its rule also names the interface. A pod's redirected
+	// packets keep the interface their first route chose (eth0) in the hook's view: the hook sees the
+	// device as it was before NAT rerouted them, so there the destination alone says loopback (which
+	// no route sends anywhere else).
+	filter = append(filter, ctEstablished())
 	for _, fam := range families() {
 		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-			filter = append(filter, cat(oifLoopback(), fam.loopback(), l4(proto), verdict(expr.VerdictAccept)))
+			var oif []expr.Any
+			if exempt == nil {
+				oif = oifLoopback()
+			}
+			filter = append(filter, cat(oif, fam.loopback(), l4(proto), verdict(expr.VerdictAccept)))
+		}
+	}
+	// filter input: loopback, and in a pod the answers to what the rules let out (the gateway's
+	// upstream connections); nothing from outside starts a connection.
+	input := [][]expr.Any{cat(iifLoopback(), verdict(expr.VerdictAccept))}
+	if exempt != nil {
+		input = append(input, ctEstablished())
+	}
+	// A pod's IPv6 needs neighbour discovery: the kernel's own solicitations and advertisements
+	// belong to no uid's socket, and without them the gateway's IPv6 connections find no next hop
+	// (EHOSTUNREACH). Only the ND messages of each direction pass, and only with the hop limit 255
+	// that RFC 4861 makes receivers demand. Nothing in the pod but root can send ICMPv6 of these
+	// types (it takes a raw socket, so CAP_NET_RAW, and ping sockets send echo requests only), and
+	// no container of the pod but the setup step, which installs this and exits, is root.
+	if exempt != nil {
+		for _, typ := range []byte{ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert} {
+			filter = append(filter, cat(neighborDiscovery(typ), verdict(expr.VerdictAccept)))
+		}
+		for _, typ := range []byte{ndRouterAdvert, ndNeighborSolicit, ndNeighborAdvert} {
+			input = append(input, cat(neighborDiscovery(typ), verdict(expr.VerdictAccept)))
 		}
 	}
 
@@ -152,8 +223,9 @@ func ruleset(p sandbox.EgressPorts) wantRuleset {
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}, rules: filter},
 		{chain: &nftables.Chain{Name: chainFilterInput, Table: table, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop},
-			rules: [][]expr.Any{cat(iifLoopback(), verdict(expr.VerdictAccept))}},
-		// Nothing is ever forwarded: there is no other interface, and if one appears it stays shut.
+			rules: input},
+		// Nothing is ever forwarded: the sandbox has no other interface (and if one appears it stays
+		// shut), and a pod routes nothing for anyone.
 		{chain: &nftables.Chain{Name: chainForward, Table: table, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop}},
 	}}
@@ -279,6 +351,40 @@ func ctEstablished() []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}
+}
+
+// skuid is "meta skuid <uid>": the packet's socket belongs to uid. A packet without a socket (one
+// the kernel makes itself, a forwarded one) does not match.
+func skuid(uid uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uid)},
+	}
+}
+
+// ICMPv6 neighbour discovery message types (RFC 4861).
+const (
+	ndRouterSolicit   = 133
+	ndRouterAdvert    = 134
+	ndNeighborSolicit = 135
+	ndNeighborAdvert  = 136
+)
+
+// neighborDiscovery is "meta nfproto ipv6 meta l4proto ipv6-icmp icmpv6 type <typ> ip6 hoplimit 255".
+func neighborDiscovery(typ byte) []expr.Any {
+	return cat(
+		[]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+		},
+		l4(unix.IPPROTO_ICMPV6),
+		[]expr.Any{
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 7, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{255}},
+		},
+	)
 }
 
 // oifLoopback and iifLoopback are "meta oifname/iifname lo".
