@@ -147,7 +147,9 @@ func ruleset(p sandbox.EgressPorts) wantRuleset { return buildRuleset(p, nil) }
 
 // podRuleset is a pod's table (InstallPod): the sandbox's, with exemptUID's traffic let through
 // first, and answers let in (the sandbox has loopback only, so its input chain needs no such rule).
-func podRuleset(p sandbox.EgressPorts, exemptUID uint32) wantRuleset { return buildRuleset(p, &exemptUID) }
+func podRuleset(p sandbox.EgressPorts, exemptUID uint32) wantRuleset {
+	return buildRuleset(p, &exemptUID)
+}
 
 // buildRuleset is the one builder of both tables; exempt is nil for the sandbox's.
 func buildRuleset(p sandbox.EgressPorts, exempt *uint32) wantRuleset {
