@@ -255,8 +255,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 			Services: gatewayServices(svc),
 		}
 		if credSet != nil {
-			gcfg.InjectHosts, gcfg.Modify, gcfg.Redactions = credSet.Hosts(), credSet.Modify, credSet.Redactions
-			gcfg.ModifyMessage, gcfg.MessagesFor = credSet.ModifyMessage, credSet.InMessages
+			gcfg.WithCredentials(credSet)
 			spec.Env = append(spec.Env, credSet.Env()...)
 		}
 		if gw, err = gateway.New(gcfg); err != nil {

@@ -89,6 +89,31 @@ type Config struct {
 	Budgets *budget.Ledger
 	// Services are the run's fixture servers (policy services), reached at their unix sockets.
 	Services []Service
+	// Roots, when set, are the certificate authorities (PEM) upstreams are verified against instead
+	// of the host's: a gateway in a Kubernetes pod, whose image has none, is given the roots of the
+	// machine that started the run. network.tls.caFile is trusted besides them either way.
+	Roots []byte
+	// CAFile, when set, is network.tls.caFile's content, read where the policy was (a pod's gateway
+	// gets it in its config); Network.TLS.CAFile is then not read. It is checked as the file is.
+	CAFile []byte
+}
+
+// Credentials is what the gateway uses of a run's credentials (creds.Set has these methods; this
+// package does not import creds).
+type Credentials interface {
+	Hosts() []string
+	Modify(r *http.Request, name string) (map[string]string, error)
+	ModifyMessage(ctx context.Context, name string, msg []byte) ([]byte, []string, []string, error)
+	InMessages(name string) bool
+	Redactions(name string) []redact.Pair
+}
+
+// WithCredentials binds c's hooks into the configuration (InjectHosts, Modify, ModifyMessage,
+// MessagesFor, Redactions), so that every gateway, the local run's and a pod's, wires a run's
+// credentials the same way.
+func (c *Config) WithCredentials(cr Credentials) {
+	c.InjectHosts, c.Modify, c.Redactions = cr.Hosts(), cr.Modify, cr.Redactions
+	c.ModifyMessage, c.MessagesFor = cr.ModifyMessage, cr.InMessages
 }
 
 // Gateway is one sandbox's gateway: prepared by New before the sandbox starts (so that a policy it
@@ -96,7 +121,9 @@ type Config struct {
 type Gateway struct {
 	// caFile is the PEM of network.tls.caFile: the gateway verifies upstreams against it, and the
 	// sandbox trusts it too (TrustCA), for the hosts that pass through.
-	caFile  []byte
+	caFile []byte
+	// roots are Config.Roots, or nil for the host's.
+	roots   *x509.CertPool
 	log     *audit.Log
 	proxy   *proxy.Gateway
 	ic      *intercept.Interceptor
@@ -164,15 +191,27 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: network.tls.inspect[%d]: %s is never allowed by the network policy (add it to network.allow)", i, h)
 		}
 	}
-	caFile, err := readCAFile(cfg.Network.TLS.CAFile)
+	var caFile []byte
+	if cfg.CAFile != nil {
+		caFile, err = checkCAPEM("the config's CA file", cfg.CAFile)
+	} else {
+		caFile, err = readCAFile(cfg.Network.TLS.CAFile)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	var roots *x509.CertPool
+	if cfg.Roots != nil {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(cfg.Roots) {
+			return nil, errors.New("gateway: the roots given hold no PEM certificate")
+		}
 	}
 	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
-	g := &Gateway{log: log, caFile: caFile}
+	g := &Gateway{log: log, caFile: caFile, roots: roots}
 	pcfg := proxy.Config{
 		Policy: matcher, Names: mapper, Recorder: log, LookupNetIP: lookup,
 		OrigDst: origdst.Of, Notify: notices.refusedConn, Unreachable: upstream.unreachable,
@@ -199,10 +238,13 @@ func New(cfg Config) (*Gateway, error) {
 // prepareInterception makes the run's CA and the interceptor for the hosts with HTTP or git rules or
 // credentials, and those network.tls.inspect names (which get no rules: only the checks every
 // intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
-// host's roots plus network.tls.caFile.
+// host's roots (or Config.Roots) plus network.tls.caFile.
 func (g *Gateway) prepareInterception(cfg Config, notices, upstream *notifier) error {
-	roots, err := x509.SystemCertPool()
-	if err != nil {
+	var roots *x509.CertPool
+	var err error
+	if g.roots != nil {
+		roots = g.roots.Clone()
+	} else if roots, err = x509.SystemCertPool(); err != nil {
 		roots = x509.NewCertPool()
 	}
 	if len(g.caFile) > 0 {
@@ -252,6 +294,12 @@ func readCAFile(f string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("network.tls.caFile: %w", err)
 	}
+	return checkCAPEM(f, b)
+}
+
+// checkCAPEM returns the certificates of b, the content of network.tls.caFile (named f in
+// messages), re-encoded; anything but certificates is an error.
+func checkCAPEM(f string, b []byte) ([]byte, error) {
 	var out []byte
 	for rest := b; ; {
 		var blk *pem.Block
@@ -315,6 +363,11 @@ func (g *Gateway) serve(fn func() error) {
 		}
 	}()
 }
+
+// Done is closed once the gateway stops serving: Close was called, or a server failed (which
+// closes every socket; Close then returns its error). A gateway that runs on its own, as a pod's
+// sidecar does, exits on it.
+func (g *Gateway) Done() <-chan struct{} { return g.ctx.Done() }
 
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway's DNS on the sandbox's loopback.
 func ResolvConf() string {

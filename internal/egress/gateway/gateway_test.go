@@ -31,20 +31,28 @@ func TestNewRefusesWhatItCannotEnforce(t *testing.T) {
 		network policy.Network
 		inject  []string
 		want    string // "" means New succeeds
+		roots   []byte // Config.Roots
+		caPEM   []byte // Config.CAFile
 	}{
-		{"plain allowlist", policy.Network{Allow: allow}, nil, ""},
-		{"credential bound to an allowed host", policy.Network{Allow: allow}, []string{"api.test"}, ""},
-		{"credential bound to a host never allowed", policy.Network{Allow: allow}, []string{"other.test"}, "other.test, which the network policy never allows"},
-		{"rules with the upstream CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile}}, nil, ""},
-		{"missing CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile + ".missing"}}, nil, "network.tls.caFile"},
-		{"CA file without a certificate", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: garbage}}, nil, "holds no PEM certificate"},
-		{"git rule for an allowed host", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}}}}, nil, ""},
-		{"git rule for a host never allowed", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "git.test", Repos: []string{"a/b"}}}}, nil, "network.git[0]: git.test is never allowed"},
-		{"git rule with a bad glob", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}, Push: policy.GitPush{Branches: []string{"["}}}}}, nil, "network.git[0].push.branches"},
+		{"plain allowlist", policy.Network{Allow: allow}, nil, "", nil, nil},
+		{"credential bound to an allowed host", policy.Network{Allow: allow}, []string{"api.test"}, "", nil, nil},
+		{"credential bound to a host never allowed", policy.Network{Allow: allow}, []string{"other.test"}, "other.test, which the network policy never allows", nil, nil},
+		{"rules with the upstream CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile}}, nil, "", nil, nil},
+		{"missing CA file", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile + ".missing"}}, nil, "network.tls.caFile", nil, nil},
+		{"CA file without a certificate", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: garbage}}, nil, "holds no PEM certificate", nil, nil},
+		{"git rule for an allowed host", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}}}}, nil, "", nil, nil},
+		{"git rule for a host never allowed", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "git.test", Repos: []string{"a/b"}}}}, nil, "network.git[0]: git.test is never allowed", nil, nil},
+		{"roots given", policy.Network{Allow: allow, HTTP: rules}, nil, "", ca.PEM, nil},
+		{"roots without a certificate", policy.Network{Allow: allow, HTTP: rules}, nil, "roots given hold no PEM certificate", []byte("garbage"), nil},
+		{"CA file's content given", policy.Network{Allow: allow, HTTP: rules, TLS: policy.TLS{CAFile: caFile + ".missing"}}, nil, "", nil, ca.PEM},
+		{"CA file's content without a certificate", policy.Network{Allow: allow, HTTP: rules}, nil, "holds no PEM certificate", nil, []byte("garbage")},
+		{"CA file's content with a key", policy.Network{Allow: allow, HTTP: rules}, nil, "only certificates belong there", nil, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")},
+		{"git rule with a bad glob", policy.Network{Allow: allow, Git: []policy.GitRule{{Host: "api.test", Repos: []string{"a/b"}, Push: policy.GitPush{Branches: []string{"["}}}}}, nil, "network.git[0].push.branches", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nw := tc.network
-			g, err := New(Config{Network: &nw, Hostname: "cordon", AuditPath: filepath.Join(t.TempDir(), "audit.jsonl"), InjectHosts: tc.inject})
+			g, err := New(Config{Network: &nw, Hostname: "cordon", AuditPath: filepath.Join(t.TempDir(), "audit.jsonl"), InjectHosts: tc.inject,
+				Roots: tc.roots, CAFile: tc.caPEM})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("New: %v", err)
