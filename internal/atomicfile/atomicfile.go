@@ -5,6 +5,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,7 +24,24 @@ func WriteLazy(path string, data []byte, perm fs.FileMode) error {
 	return write(path, data, perm, false)
 }
 
+// WriteFrom is Write with the content read from r, for a file too large to hold in memory at once
+// (cordon's own binary, copied into a pod's shared volume).
+func WriteFrom(path string, r io.Reader, perm fs.FileMode) error {
+	return writeWith(path, perm, true, func(f *os.File) error {
+		_, err := io.Copy(f, r)
+		return err
+	})
+}
+
 func write(path string, data []byte, perm fs.FileMode, durable bool) error {
+	return writeWith(path, perm, durable, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// writeWith is the one implementation: fill writes the temporary file's content.
+func writeWith(path string, perm fs.FileMode, durable bool, fill func(*os.File) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -40,7 +58,7 @@ func write(path string, data []byte, perm fs.FileMode, durable bool) error {
 	if err := f.Chmod(perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := fill(f); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if durable {

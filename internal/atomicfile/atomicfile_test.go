@@ -1,9 +1,14 @@
 package atomicfile
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestWrite(t *testing.T) {
@@ -13,6 +18,7 @@ func TestWrite(t *testing.T) {
 	}{
 		{"durable", Write},
 		{"lazy", WriteLazy},
+		{"from a reader", func(p string, b []byte, m os.FileMode) error { return WriteFrom(p, bytes.NewReader(b), m) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -58,6 +64,20 @@ func TestWriteFailureLeavesOld(t *testing.T) {
 	if err := Write(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
 		t.Fatal("Write into a missing directory succeeded")
 	}
+
+	// A reader that fails halfway leaves the old file and no temporary one.
+	f := filepath.Join(dir, "f")
+	if err := Write(f, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	failing := io.MultiReader(strings.NewReader("half"), iotest.ErrReader(errors.New("read failed")))
+	if err := WriteFrom(f, failing, 0o600); err == nil || !strings.Contains(err.Error(), "read failed") {
+		t.Fatalf("WriteFrom a failing reader: %v", err)
+	}
+	if b, err := os.ReadFile(f); err != nil || string(b) != "old" {
+		t.Fatalf("after a failed WriteFrom: %q, %v; want old", b, err)
+	}
+	assertOnly(t, dir, "f", "t")
 }
 
 func assertOnly(t *testing.T, dir string, names ...string) {
