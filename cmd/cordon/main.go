@@ -62,6 +62,7 @@ func commands() []command {
 		{"verify", "verify [--policy FILE] [--json]", "start a real sandbox with the policy and attack it from inside: a scorecard", (*app).cmdVerify},
 		{"probe", "probe [--json] [--only PREFIXES] [--timeout D] [--canaries JSON]", "run the escape probes here, inside any sandbox: a scorecard", (*app).cmdProbe},
 		{"doctor", "doctor", "say what this host supports, one line each", (*app).cmdDoctor},
+		{"kube", kubeUsage, "cordon on a Kubernetes cluster (setup, gateway and ready run inside a run's pod)", (*app).cmdKube},
 		{"policy", "policy check|suggest|import ...", "check a policy as run would, suggest the change a run's refusals call for, import one from another sandbox", (*app).cmdPolicy},
 		{"version", "version", "print cordon's version", (*app).cmdVersion},
 	}

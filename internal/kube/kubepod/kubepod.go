@@ -59,9 +59,12 @@ const (
 	ConfigFile = "gateway.json" // a GatewayConfig, as JSON
 	// TrustDir is written by the gateway and read-only to the clone step and the agent.
 	TrustDir    = "/run/cordon/trust"
-	TrustBundle = "ca-bundle.pem" // GatewayConfig.Roots and the run's CA: what SSL_CERT_FILE names
-	RunCA       = "run-ca.pem"    // the run's CA alone (NODE_EXTRA_CA_CERTS)
-	ReadyFile   = "ready"         // exists once the gateway serves
+	TrustBundle = "ca-bundle.pem" // GatewayConfig.Roots, CAFile and the run's CA: what SSL_CERT_FILE names
+	// RunCA is what the pod trusts beyond Roots (NODE_EXTRA_CA_CERTS, which adds to Node's own
+	// roots): the run's CA and CAFile, as the local sandbox's TrustedCAPath holds them. It is empty
+	// when the gateway intercepts nothing and the policy names no CA file.
+	RunCA     = "run-ca.pem"
+	ReadyFile = "ready" // exists once the gateway serves
 	// AuditDir is the gateway's audit log (emptyDir: written by the gateway, read-only to the keeper).
 	AuditDir  = "/run/cordon/audit"
 	AuditFile = "audit.jsonl"
@@ -83,6 +86,25 @@ var (
 	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout --base COMMIT -- CMD...
 	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
 	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
+)
+
+// GatewayLine is one line of the gateway's standard output, which cordon follows in the gateway
+// container's log to show the user what the local run shows on the terminal: Cordon is the line's
+// kind (LineNotice, LineUpstream; a kind this cordon does not know is shown as a notice), Line the
+// text. The gateway's own diagnostics go to its standard error. No line holds a credential.
+type GatewayLine struct {
+	Cordon string `json:"cordon"`
+	Line   string `json:"line"`
+}
+
+// Kinds of GatewayLine.
+const (
+	// LineNotice is a refusal: a host, name or request the policy does not allow, with the fix
+	// (the local run's WarningBlocked).
+	LineNotice = "notice"
+	// LineUpstream is an allowed host the gateway could not reach or whose certificate it could not
+	// verify (the local run's WarningUpstream).
+	LineUpstream = "upstream"
 )
 
 // AttachHello is what cordon writes to the agent's stdin once its attach stream is open; with
