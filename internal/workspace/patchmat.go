@@ -127,13 +127,20 @@ func (m *materialiser) findEmptied(es []patchEntry) error {
 			}
 		}
 	}
+	// Directories with something of the new side below them stay.
+	keep := map[string]bool{}
+	for p := range m.newSide {
+		for d := slashDir(p); d != "."; d = slashDir(d) {
+			keep[d] = true
+		}
+	}
 	dirs := make([]string, 0, len(cand))
 	for d := range cand {
 		dirs = append(dirs, d)
 	}
 	sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
 	for _, d := range dirs {
-		if m.hasNewBelow(d) {
+		if keep[d] {
 			continue
 		}
 		names, err := readProjectDir(m.info.Project, d)
@@ -157,14 +164,6 @@ func (m *materialiser) findEmptied(es []patchEntry) error {
 	return nil
 }
 
-func (m *materialiser) hasNewBelow(d string) bool {
-	for p := range m.newSide {
-		if strings.HasPrefix(p, d+"/") {
-			return true
-		}
-	}
-	return false
-}
 
 // checkOld compares the project with the patch's old side of e, recording a conflict when they
 // differ, and returns the project's entry (nil for an added path).
