@@ -164,7 +164,6 @@ func (m *materialiser) findEmptied(es []patchEntry) error {
 	return nil
 }
 
-
 // checkOld compares the project with the patch's old side of e, recording a conflict when they
 // differ, and returns the project's entry (nil for an added path).
 func (m *materialiser) checkOld(e patchEntry) (fs.FileInfo, error) {
