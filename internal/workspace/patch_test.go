@@ -419,6 +419,19 @@ func TestPatchGuard(t *testing.T) {
 	}
 }
 
+// A symlink out of the project is never carried, --include-risky or not.
+func TestPatchSymlinkOutOfTheProjectIsNeverApplied(t *testing.T) {
+	t.Parallel()
+	f := newPatchFixture(t, "ln -s /etc/passwd leak\nln -s ../../outside climb\n")
+	before := tree(t, f.project, nil)
+	var re *RiskError
+	_, err := Apply(f.run, ApplyOptions{IncludeRisky: true})
+	if !errors.As(err, &re) || len(re.Risks) != 2 || !re.Risks[0].Never || !re.Risks[1].Never {
+		t.Fatalf("Apply --include-risky: %v, want both links refused for good", err)
+	}
+	sameTree(t, "a refused apply changed the project", tree(t, f.project, nil), before)
+}
+
 // handPatch is one file's patch as an attacker would write it: a new file with content "hi\n".
 func handPatch(header, name string) string {
 	return header + "new file mode 100644\nindex 0000000000000000000000000000000000000000..45b983be36b73c0788dc9cbcb76cbb80fc7bb057\n--- /dev/null\n+++ b/" + name + "\n@@ -0,0 +1 @@\n+hi\n"
