@@ -150,7 +150,7 @@ const kubeUsage = "kube render [flags] -- COMMAND [ARG...]"
 // cmdKube is cordon kube: render, and the subcommands that run inside a kubernetes run's pod.
 func (a *app) cmdKube(args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintf(a.stdout, "usage: cordon %s\n\n", kubeUsage)
+		fmt.Fprintf(a.stdout, "Usage: cordon %s\n\n", kubeUsage)
 		fmt.Fprintf(a.stdout, "  render   print the Pod, the Secret (without its values), the NetworkPolicy and, with\n")
 		fmt.Fprintf(a.stdout, "           --sandbox-template, agent-sandbox's SandboxTemplate that cordon run --backend\n")
 		fmt.Fprintf(a.stdout, "           kubernetes would create, as YAML, for review or GitOps\n\n")
