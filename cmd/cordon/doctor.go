@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/version"
-
 	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/kube"
 	"github.com/cordon-sandbox/cordon/internal/policy"
@@ -98,8 +96,8 @@ func (a *app) doctorKube(line func(state, what, detail string), k kubeFlags) {
 		return
 	}
 	line("ok", "api server", fmt.Sprintf("%s, Kubernetes %s (context %q, namespace %s)", c.Server(), v, c.Context, c.Namespace))
-	if pv, err := version.ParseGeneric(v); err == nil && pv.LessThan(version.MajorMinor(1, 29)) {
-		line("FAIL", "native sidecars", v+" has no native sidecar containers (1.29 and later): the pod's gateway is one")
+	if major, minor, ok := kube.MinorVersion(v); ok && (major < 1 || major == 1 && minor < 30) {
+		line("FAIL", "native sidecars", v+" is too old: the pod's gateway is a native sidecar (1.29) and attach speaks v5.channel.k8s.io (1.30)")
 	}
 	rcs, err := c.RuntimeClasses(ctx)
 	switch {

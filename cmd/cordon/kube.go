@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/term"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/kube"
@@ -228,10 +229,10 @@ func (a *app) kubeRender(args []string) int {
 			a.errorf("kube render: %v", err)
 			return exitCordon
 		}
-		docs = append(docs, t.Object)
+		docs = append(docs, t)
 	}
 	for i, d := range docs {
-		b, err := yaml.Marshal(d)
+		b, err := toYAML(d)
 		if err != nil {
 			a.errorf("kube render: %v", err)
 			return exitCordon
@@ -242,4 +243,27 @@ func (a *app) kubeRender(args []string) int {
 		a.stdout.Write(b)
 	}
 	return 0
+}
+
+// toYAML renders an API object as YAML with the API's JSON field names (through JSON, so the
+// structs' json tags name the keys).
+func toYAML(v any) ([]byte, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var node yaml.Node
+	if err := yaml.Unmarshal(j, &node); err != nil {
+		return nil, err
+	}
+	// JSON is YAML in flow style: render it in block style, as kubectl prints objects.
+	var clear func(n *yaml.Node)
+	clear = func(n *yaml.Node) {
+		n.Style &^= yaml.FlowStyle
+		for _, c := range n.Content {
+			clear(c)
+		}
+	}
+	clear(&node)
+	return yaml.Marshal(&node)
 }

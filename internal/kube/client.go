@@ -1,38 +1,30 @@
 package kube
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/streaming/pkg/httpstream"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
+	"net/url"
+	"os"
+	"strings"
+	"time"
 )
 
-// Client talks to one cluster's API server, in one namespace. It uses plain REST clients over
-// k8s.io/api's types with a scheme of only the groups it needs (core, networking), rather than the
-// generated clientset, whose scheme registers every API group at package initialisation: this
-// package is linked into the binary that starts every local sandbox too.
+// Client talks to one cluster's API server, in one namespace, over its REST API: JSON over HTTPS
+// for objects, a streamed watch for the pod, and the websocket channel protocol for attach and exec.
+// It reads the kubeconfig as kubectl does (contexts, client certificates, tokens, token files, basic
+// auth and exec credential plugins).
 type Client struct {
-	config    *rest.Config
-	core      *rest.RESTClient
-	net       *rest.RESTClient
-	apis      *rest.RESTClient
+	cfg  *restConfig
+	http *http.Client
+	// Namespace is where the run's objects go; Context the kubeconfig context used.
 	Namespace string
-	// Context is the kubeconfig context used ("" when none was named and the file had none).
-	Context string
+	Context   string
 }
 
 // ClientOptions picks the cluster.
@@ -41,130 +33,179 @@ type ClientOptions struct {
 	Kubeconfig string
 	// Context and Namespace override the kubeconfig's current ones.
 	Context, Namespace string
+	// Getenv reads the environment (KUBECONFIG, HOME); nil is os.Getenv.
+	Getenv func(string) string
 }
 
-// NewClient loads the kubeconfig as kubectl would and makes the REST clients.
+// NewClient loads the kubeconfig and makes the client. It talks to nothing yet.
 func NewClient(opts ClientOptions) (*Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if opts.Kubeconfig != "" {
-		rules.ExplicitPath = opts.Kubeconfig
+	env := opts.Getenv
+	if env == nil {
+		env = os.Getenv
 	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: opts.Context}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+	cfg, err := loadConfig(opts.Kubeconfig, opts.Context, opts.Namespace, env)
 	if err != nil {
-		return nil, fmt.Errorf("kube: kubeconfig: %w", err)
+		return nil, fmt.Errorf("kube: %w", err)
 	}
-	ns := opts.Namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, fmt.Errorf("kube: kubeconfig namespace: %w", err)
-		}
+	tr := &http.Transport{
+		Proxy:               cfg.Proxy,
+		TLSClientConfig:     cfg.TLS,
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
 	}
-	raw, err := cc.RawConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kube: kubeconfig: %w", err)
-	}
-	c := &Client{config: cfg, Namespace: ns, Context: raw.CurrentContext}
-	if opts.Context != "" {
-		c.Context = opts.Context
-	}
-	sch := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme} {
-		if err := add(sch); err != nil {
-			return nil, fmt.Errorf("kube: scheme: %w", err)
-		}
-	}
-	metav1.AddToGroupVersion(sch, schema.GroupVersion{Version: "v1"})
-	codecs := serializer.NewCodecFactory(sch).WithoutConversion()
-	mk := func(gv *schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
-		rc := rest.CopyConfig(cfg)
-		rc.GroupVersion = gv
-		rc.APIPath = apiPath
-		rc.NegotiatedSerializer = codecs
-		rc.ContentType = runtime.ContentTypeJSON
-		if rc.UserAgent == "" {
-			rc.UserAgent = "cordon"
-		}
-		return rest.RESTClientFor(rc)
-	}
-	if c.core, err = mk(&corev1.SchemeGroupVersion, "/api"); err != nil {
-		return nil, fmt.Errorf("kube: client: %w", err)
-	}
-	if c.net, err = mk(&networkingv1.SchemeGroupVersion, "/apis"); err != nil {
-		return nil, fmt.Errorf("kube: client: %w", err)
-	}
-	if c.apis, err = mk(&schema.GroupVersion{}, "/apis"); err != nil {
-		return nil, fmt.Errorf("kube: client: %w", err)
-	}
-	return c, nil
+	return &Client{cfg: cfg, http: &http.Client{Transport: tr}, Namespace: cfg.Namespace, Context: cfg.Context}, nil
 }
 
 // Server is the API server's address, for messages.
-func (c *Client) Server() string { return c.config.Host }
+func (c *Client) Server() string { return c.cfg.Host }
 
-func (c *Client) createSecret(ctx context.Context, s *corev1.Secret) (*corev1.Secret, error) {
-	out := &corev1.Secret{}
-	err := c.core.Post().Namespace(c.Namespace).Resource("secrets").Body(s).Do(ctx).Into(out)
-	return out, err
+// APIError is an answer of the API server other than success.
+type APIError struct {
+	Code    int
+	Reason  string
+	Message string
 }
 
-func (c *Client) updateSecret(ctx context.Context, s *corev1.Secret) error {
-	return c.core.Put().Namespace(c.Namespace).Resource("secrets").Name(s.Name).Body(s).Do(ctx).Error()
+func (e *APIError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("%d %s", e.Code, e.Reason)
 }
 
-func (c *Client) createPod(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
-	out := &corev1.Pod{}
-	err := c.core.Post().Namespace(c.Namespace).Resource("pods").Body(p).Do(ctx).Into(out)
-	return out, err
+// IsNotFound reports whether err is the API server's 404.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == http.StatusNotFound
 }
 
-func (c *Client) getPod(ctx context.Context, name string) (*corev1.Pod, error) {
-	out := &corev1.Pod{}
-	err := c.core.Get().Namespace(c.Namespace).Resource("pods").Name(name).Do(ctx).Into(out)
-	return out, err
+// request makes an authenticated request to path (with query).
+func (c *Client) request(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.cfg.Host + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	r, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Accept", "application/json")
+	r.Header.Set("User-Agent", "cordon")
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	if c.cfg.auth != nil {
+		if err := c.cfg.auth.apply(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
-func (c *Client) createNetworkPolicy(ctx context.Context, np *networkingv1.NetworkPolicy) error {
-	return c.net.Post().Namespace(c.Namespace).Resource("networkpolicies").Body(np).Do(ctx).Error()
+// do sends a request and decodes the answer into out (nil discards it).
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	r, err := c.request(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return apiError(resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("decoding %s %s: %w", method, path, err)
+		}
+	}
+	return nil
 }
 
-// deleteAll deletes what a run left, by name; a missing object is not an error.
-func (c *Client) deleteRun(ctx context.Context, runID string) error {
+func apiError(code int, body []byte) error {
+	var st status
+	if json.Unmarshal(body, &st) == nil && (st.Message != "" || st.Reason != "") {
+		return &APIError{Code: code, Reason: st.Reason, Message: st.Message}
+	}
+	return &APIError{Code: code, Message: fmt.Sprintf("%d %s: %s", code, http.StatusText(code), strings.TrimSpace(string(body)))}
+}
+
+func (c *Client) nsPath(group, resource, name string) string {
+	p := "/api/v1"
+	if group != "" {
+		p = "/apis/" + group
+	}
+	p += "/namespaces/" + url.PathEscape(c.Namespace) + "/" + resource
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+func (c *Client) createSecret(ctx context.Context, s *Secret) (*Secret, error) {
+	out := &Secret{}
+	return out, c.do(ctx, http.MethodPost, c.nsPath("", "secrets", ""), nil, s, out)
+}
+
+func (c *Client) updateSecret(ctx context.Context, s *Secret) error {
+	return c.do(ctx, http.MethodPut, c.nsPath("", "secrets", s.Name), nil, s, nil)
+}
+
+func (c *Client) createPod(ctx context.Context, p *Pod) (*Pod, error) {
+	out := &Pod{}
+	return out, c.do(ctx, http.MethodPost, c.nsPath("", "pods", ""), nil, p, out)
+}
+
+func (c *Client) getPod(ctx context.Context, name string) (*Pod, error) {
+	out := &Pod{}
+	return out, c.do(ctx, http.MethodGet, c.nsPath("", "pods", name), nil, nil, out)
+}
+
+func (c *Client) createNetworkPolicy(ctx context.Context, np *NetworkPolicy) error {
+	return c.do(ctx, http.MethodPost, c.nsPath("networking.k8s.io/v1", "networkpolicies", ""), nil, np, nil)
+}
+
+// DeleteRun deletes a run's pod, Secret and NetworkPolicy (cordon gc, and the end of every run); a
+// missing object is not an error.
+func (c *Client) DeleteRun(ctx context.Context, runID string) error {
 	var errs []error
-	grace := int64(0)
-	opts := &metav1.DeleteOptions{GracePeriodSeconds: &grace}
-	for _, d := range []struct {
-		rc       *rest.RESTClient
-		resource string
-		name     string
-	}{
-		{c.core, "pods", PodName(runID)},
-		{c.core, "secrets", SecretName(runID)},
-		{c.net, "networkpolicies", PodName(runID) + "-egress"},
+	body := map[string]any{"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+	for _, d := range []struct{ group, resource, name string }{
+		{"", "pods", PodName(runID)},
+		{"", "secrets", SecretName(runID)},
+		{"networking.k8s.io/v1", "networkpolicies", PodName(runID) + "-egress"},
 	} {
-		err := d.rc.Delete().Namespace(c.Namespace).Resource(d.resource).Name(d.name).Body(opts).Do(ctx).Error()
-		if err != nil && !apierrors.IsNotFound(err) {
+		err := c.do(ctx, http.MethodDelete, c.nsPath(d.group, d.resource, d.name), nil, body, nil)
+		if err != nil && !IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting %s %s: %w", d.resource, d.name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// DeleteRun deletes a run's pod, Secret and NetworkPolicy (cordon gc, and the end of every run).
-func (c *Client) DeleteRun(ctx context.Context, runID string) error { return c.deleteRun(ctx, runID) }
-
-// Leftovers lists the runs (their ids, as labelled) that still have a pod or Secret in the namespace.
+// Leftovers lists the runs (as labelled) that still have a pod or Secret in the namespace.
 func (c *Client) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var ids []string
+	q := url.Values{"labelSelector": {LabelManagedBy + "=" + managedBy}}
 	for _, res := range []string{"pods", "secrets"} {
-		var list metav1.PartialObjectMetadataList
-		err := c.core.Get().Namespace(c.Namespace).Resource(res).
-			Param("labelSelector", LabelManagedBy+"="+managedBy).
-			SetHeader("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").
-			Do(ctx).Into(&list)
-		if err != nil {
+		var list objectList
+		if err := c.do(ctx, http.MethodGet, c.nsPath("", res, ""), q, nil, &list); err != nil {
 			return nil, fmt.Errorf("kube: listing %s: %w", res, err)
 		}
 		for _, o := range list.Items {
@@ -178,7 +219,7 @@ func (c *Client) Leftovers(ctx context.Context) ([]string, error) {
 }
 
 // watchPod calls fn with every state of the pod until fn says done or ctx ends.
-func (c *Client) watchPod(ctx context.Context, name string, fn func(*corev1.Pod) (bool, error)) error {
+func (c *Client) watchPod(ctx context.Context, name string, fn func(*Pod) (bool, error)) error {
 	for {
 		p, err := c.getPod(ctx, name)
 		if err != nil {
@@ -187,106 +228,75 @@ func (c *Client) watchPod(ctx context.Context, name string, fn func(*corev1.Pod)
 		if done, err := fn(p); done || err != nil {
 			return err
 		}
-		w, err := c.core.Get().Namespace(c.Namespace).Resource("pods").
-			Param("fieldSelector", "metadata.name="+name).
-			Param("resourceVersion", p.ResourceVersion).
-			Param("watch", "true").Watch(ctx)
+		q := url.Values{"fieldSelector": {"metadata.name=" + name}, "resourceVersion": {p.ResourceVersion},
+			"watch": {"true"}, "allowWatchBookmarks": {"false"}, "timeoutSeconds": {"300"}}
+		r, err := c.request(ctx, http.MethodGet, c.nsPath("", "pods", ""), q, nil)
 		if err != nil {
 			return err
 		}
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				break
+		resp, err := c.http.Do(r)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			return apiError(resp.StatusCode, data)
+		}
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev watchEvent
+			if err := dec.Decode(&ev); err != nil {
+				break // the watch ended (its timeout, a broken stream): read the pod again
 			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				w.Stop()
+			switch ev.Type {
+			case "DELETED":
+				resp.Body.Close()
 				return fmt.Errorf("kube: pod %s was deleted", name)
-			}
-			if done, err := fn(p); done || err != nil {
-				w.Stop()
-				return err
+			case "ADDED", "MODIFIED":
+				if done, err := fn(&ev.Object); done || err != nil {
+					resp.Body.Close()
+					return err
+				}
 			}
 		}
-		w.Stop()
+		resp.Body.Close()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// The watch ended (timeout, a compacted version): read the pod again and watch on.
 	}
-}
-
-// stream opens a remote command (attach or exec) on the pod, over websockets with a fallback to
-// SPDY for older servers.
-func (c *Client) stream(ctx context.Context, req *rest.Request, opts remotecommand.StreamOptions) error {
-	u := req.URL()
-	ws, err := remotecommand.NewWebSocketExecutor(c.config, http.MethodGet, u.String())
-	if err != nil {
-		return fmt.Errorf("kube: websocket executor: %w", err)
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(c.config, http.MethodPost, u)
-	if err != nil {
-		return fmt.Errorf("kube: spdy executor: %w", err)
-	}
-	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
-	if err != nil {
-		return fmt.Errorf("kube: executor: %w", err)
-	}
-	return ex.StreamWithContext(ctx, opts)
-}
-
-func (c *Client) attachRequest(pod, container string, stdin, tty bool) *rest.Request {
-	r := c.core.Post().Namespace(c.Namespace).Resource("pods").Name(pod).SubResource("attach").
-		Param("container", container).Param("stdout", "true")
-	if !tty {
-		r = r.Param("stderr", "true")
-	}
-	if stdin {
-		r = r.Param("stdin", "true")
-	}
-	if tty {
-		r = r.Param("tty", "true")
-	}
-	return r
-}
-
-func (c *Client) execRequest(pod, container string, cmd []string) *rest.Request {
-	r := c.core.Post().Namespace(c.Namespace).Resource("pods").Name(pod).SubResource("exec").
-		Param("container", container).Param("stdout", "true").Param("stderr", "true")
-	for _, a := range cmd {
-		r = r.Param("command", a)
-	}
-	return r
 }
 
 // logs streams a container's log (follow) to w until it ends or ctx does.
 func (c *Client) logs(ctx context.Context, pod, container string, follow bool, w io.Writer) error {
-	r := c.core.Get().Namespace(c.Namespace).Resource("pods").Name(pod).SubResource("log").
-		Param("container", container)
+	q := url.Values{"container": {container}}
 	if follow {
-		r = r.Param("follow", "true")
+		q.Set("follow", "true")
 	}
-	rc, err := r.Stream(ctx)
+	r, err := c.request(ctx, http.MethodGet, c.nsPath("", "pods", pod)+"/log", q, nil)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	_, err = io.Copy(w, rc)
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return apiError(resp.StatusCode, data)
+	}
+	_, err = io.Copy(w, bufio.NewReader(resp.Body))
 	return err
 }
 
 // HasAPI reports whether the cluster serves group/version (for agent-sandbox's CRDs).
 func (c *Client) HasAPI(ctx context.Context, groupVersion string) (bool, error) {
-	err := c.apis.Get().AbsPath("/apis/" + groupVersion).Do(ctx).Error()
+	err := c.do(ctx, http.MethodGet, "/apis/"+groupVersion, nil, nil, nil)
 	switch {
 	case err == nil:
 		return true, nil
-	case apierrors.IsNotFound(err):
+	case IsNotFound(err):
 		return false, nil
 	default:
 		return false, err
@@ -295,25 +305,15 @@ func (c *Client) HasAPI(ctx context.Context, groupVersion string) (bool, error) 
 
 // Version asks the API server for its version (cordon doctor).
 func (c *Client) Version(ctx context.Context) (string, error) {
-	body, err := c.apis.Get().AbsPath("/version").DoRaw(ctx)
-	if err != nil {
-		return "", err
-	}
 	var v struct {
 		GitVersion string `json:"gitVersion"`
 	}
-	if err := jsonUnmarshal(body, &v); err != nil {
-		return "", err
-	}
-	return v.GitVersion, nil
+	err := c.do(ctx, http.MethodGet, "/version", nil, nil, &v)
+	return v.GitVersion, err
 }
 
-// RuntimeClasses lists the cluster's RuntimeClass names (cordon doctor).
+// RuntimeClasses lists the cluster's RuntimeClasses as "name (handler h)" (cordon doctor).
 func (c *Client) RuntimeClasses(ctx context.Context) ([]string, error) {
-	body, err := c.apis.Get().AbsPath("/apis/node.k8s.io/v1/runtimeclasses").DoRaw(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var list struct {
 		Items []struct {
 			Metadata struct {
@@ -322,7 +322,7 @@ func (c *Client) RuntimeClasses(ctx context.Context) ([]string, error) {
 			Handler string `json:"handler"`
 		} `json:"items"`
 	}
-	if err := jsonUnmarshal(body, &list); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/apis/node.k8s.io/v1/runtimeclasses", nil, nil, &list); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -330,4 +330,10 @@ func (c *Client) RuntimeClasses(ctx context.Context) ([]string, error) {
 		out = append(out, it.Metadata.Name+" (handler "+it.Handler+")")
 	}
 	return out, nil
+}
+
+// MinorVersion reads "v1.37.2" (or "v1.30.1-gke.1") as 1 and 37.
+func MinorVersion(v string) (major, minor int, ok bool) {
+	_, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
+	return major, minor, err == nil
 }

@@ -17,13 +17,6 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
@@ -73,9 +66,9 @@ type Input struct {
 
 // Objects are one run's Kubernetes objects.
 type Objects struct {
-	Secret        *corev1.Secret
-	Pod           *corev1.Pod
-	NetworkPolicy *networkingv1.NetworkPolicy
+	Secret        *Secret
+	Pod           *Pod
+	NetworkPolicy *NetworkPolicy
 }
 
 // PodName is the name of a run's pod (and, with a suffix, of its Secret and NetworkPolicy).
@@ -119,14 +112,14 @@ func Render(in *Input) (*Objects, error) {
 	}
 	name := PodName(in.RunID)
 	labels := map[string]string{LabelManagedBy: managedBy, LabelRun: strings.ToLower(in.RunID)}
-	meta := func(n string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: n, Namespace: in.Namespace, Labels: labels}
+	meta := func(n string) ObjectMeta {
+		return ObjectMeta{Name: n, Namespace: in.Namespace, Labels: labels}
 	}
 
-	secret := &corev1.Secret{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+	secret := &Secret{
+		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: meta(SecretName(in.RunID)),
-		Type:       corev1.SecretTypeOpaque,
+		Type:       "Opaque",
 	}
 	if in.Config != nil {
 		data, err := json.Marshal(in.Config)
@@ -146,131 +139,124 @@ func Render(in *Input) (*Objects, error) {
 		out := append(append([]string{}, base...), sub...)
 		return append(out, rest...)
 	}
-	mnt := func(vol, path string, ro bool) corev1.VolumeMount {
-		return corev1.VolumeMount{Name: vol, MountPath: path, ReadOnly: ro}
+	mnt := func(vol, path string, ro bool) VolumeMount {
+		return VolumeMount{Name: vol, MountPath: path, ReadOnly: ro}
 	}
-	agentMounts := []corev1.VolumeMount{
+	agentMounts := []VolumeMount{
 		mnt(volBin, kubepod.BinDir, true),
 		mnt(volTrust, kubepod.TrustDir, true),
 		mnt(volWorkspace, kubepod.WorkspaceDir, false),
 		mnt(volTmp, "/tmp", false),
 		mnt(volHome, homeDir, false),
 	}
-	always := corev1.ContainerRestartPolicyAlways
+	always := "Always"
 	tp, pp, dp := podPorts()
 
 	gatewaySec := restricted(kubepod.GatewayUID)
-	setupSec := &corev1.SecurityContext{
+	setupSec := &SecurityContext{
 		RunAsUser:                ptr(int64(0)),
 		RunAsNonRoot:             ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),
 		AllowPrivilegeEscalation: ptr(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		Capabilities:             &Capabilities{Drop: []string{"ALL"}, Add: []string{"NET_ADMIN"}},
+		SeccompProfile:           &SeccompProfile{Type: "RuntimeDefault"},
 	}
-	small := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-	}
+	small := &Resources{Requests: map[string]string{"cpu": "10m", "memory": "32Mi"}}
 
-	init := []corev1.Container{
+	init := []Container{
 		{
-			Name: ContainerSetup, Image: in.CordonImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Name: ContainerSetup, Image: in.CordonImage, ImagePullPolicy: "IfNotPresent",
 			Command:         args(cordon, kubepod.SetupArgs, "--gateway-uid", strconv.Itoa(kubepod.GatewayUID), "--copy-to", kubepod.Binary),
 			SecurityContext: setupSec,
-			VolumeMounts:    []corev1.VolumeMount{mnt(volBin, kubepod.BinDir, false)},
+			VolumeMounts:    []VolumeMount{mnt(volBin, kubepod.BinDir, false)},
 			Resources:       small,
 		},
 		{
-			Name: ContainerGateway, Image: in.CordonImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Name: ContainerGateway, Image: in.CordonImage, ImagePullPolicy: "IfNotPresent",
 			RestartPolicy:   &always,
 			Command:         args(cordon, kubepod.GatewayArgs, "--config", kubepod.SecretDir+"/"+kubepod.ConfigFile),
 			SecurityContext: gatewaySec,
-			VolumeMounts: []corev1.VolumeMount{
+			VolumeMounts: []VolumeMount{
 				mnt(volSecret, kubepod.SecretDir, true),
 				mnt(volTrust, kubepod.TrustDir, false),
 				mnt(volAudit, kubepod.AuditDir, false),
 			},
-			StartupProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: args(cordon, kubepod.ReadyArgs)}},
+			StartupProbe: &Probe{
+				Exec:          &ExecAction{Command: args(cordon, kubepod.ReadyArgs)},
 				PeriodSeconds: 1, FailureThreshold: 60, TimeoutSeconds: 5,
 			},
-			Ports: []corev1.ContainerPort{
-				{Name: "transparent", ContainerPort: tp, Protocol: corev1.ProtocolTCP},
-				{Name: "proxy", ContainerPort: pp, Protocol: corev1.ProtocolTCP},
-				{Name: "dns", ContainerPort: dp, Protocol: corev1.ProtocolUDP},
+			Ports: []ContainerPort{
+				{Name: "transparent", ContainerPort: tp, Protocol: "TCP"},
+				{Name: "proxy", ContainerPort: pp, Protocol: "TCP"},
+				{Name: "dns", ContainerPort: dp, Protocol: "UDP"},
 			},
 			Resources: small,
 		},
 		{
-			Name: ContainerClone, Image: in.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+			Name: ContainerClone, Image: in.Image, ImagePullPolicy: "IfNotPresent",
 			Command:                  args(bin, kubepod.CloneArgs, "--repo", in.Repo, "--ref", ref, "--dir", kubepod.Checkout),
 			WorkingDir:               kubepod.WorkspaceDir,
 			Env:                      env,
 			SecurityContext:          agentSec,
 			VolumeMounts:             agentMounts,
-			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			TerminationMessagePolicy: "File",
 		},
 	}
 
 	agentArgs := args(bin, kubepod.AgentArgs, "--attach", "--dir", kubepod.Checkout, "--")
 	agentArgs = append(agentArgs, in.Args...)
-	agent := corev1.Container{
-		Name: ContainerAgent, Image: in.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+	agent := Container{
+		Name: ContainerAgent, Image: in.Image, ImagePullPolicy: "IfNotPresent",
 		Command:         agentArgs,
 		WorkingDir:      kubepod.Checkout,
 		Env:             env,
 		SecurityContext: agentSec,
 		Stdin:           true, StdinOnce: true, TTY: in.TTY,
-		VolumeMounts: append(append([]corev1.VolumeMount{}, agentMounts...),
-			corev1.VolumeMount{Name: volWorkspace, MountPath: kubepod.Checkout + "/.git/hooks", SubPath: "src/.git/hooks", ReadOnly: true},
-			corev1.VolumeMount{Name: volWorkspace, MountPath: kubepod.Checkout + "/.git/config", SubPath: "src/.git/config", ReadOnly: true},
+		VolumeMounts: append(append([]VolumeMount{}, agentMounts...),
+			VolumeMount{Name: volWorkspace, MountPath: kubepod.Checkout + "/.git/hooks", SubPath: "src/.git/hooks", ReadOnly: true},
+			VolumeMount{Name: volWorkspace, MountPath: kubepod.Checkout + "/.git/config", SubPath: "src/.git/config", ReadOnly: true},
 			mnt(volOut, kubepod.OutDir, false),
 		),
 		Resources: limitsOf(in.Limits),
 	}
-	keeper := corev1.Container{
-		Name: ContainerKeeper, Image: in.CordonImage, ImagePullPolicy: corev1.PullIfNotPresent,
+	keeper := Container{
+		Name: ContainerKeeper, Image: in.CordonImage, ImagePullPolicy: "IfNotPresent",
 		Command:         args(cordon, kubepod.KeeperArgs),
 		SecurityContext: restricted(kubepod.KeeperUID),
-		VolumeMounts:    []corev1.VolumeMount{mnt(volOut, kubepod.OutDir, true), mnt(volAudit, kubepod.AuditDir, true)},
+		VolumeMounts:    []VolumeMount{mnt(volOut, kubepod.OutDir, true), mnt(volAudit, kubepod.AuditDir, true)},
 		Resources:       small,
 	}
 
-	memory := corev1.StorageMediumMemory
-	workspace := &corev1.EmptyDirVolumeSource{}
+	memory := "Memory"
+	workspace := &EmptyDirVolumeSource{}
 	if in.Limits.Disk > 0 {
-		workspace.SizeLimit = resource.NewQuantity(int64(in.Limits.Disk), resource.BinarySI)
+		workspace.SizeLimit = strconv.FormatInt(int64(in.Limits.Disk), 10)
 	}
-	vol := func(n string, src corev1.VolumeSource) corev1.Volume {
-		return corev1.Volume{Name: n, VolumeSource: src}
-	}
-	empty := func() corev1.VolumeSource { return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}} }
-	pod := &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+	empty := func(n string) Volume { return Volume{Name: n, EmptyDir: &EmptyDirVolumeSource{}} }
+	pod := &Pod{
+		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta(name),
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
+		Spec: PodSpec{
+			RestartPolicy:                 "Never",
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),
 			Hostname:                      hostname(in.Hostname),
 			TerminationGracePeriodSeconds: ptr(int64(10)),
-			SecurityContext: &corev1.PodSecurityContext{
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			SecurityContext: &PodSecurityContext{
+				SeccompProfile: &SeccompProfile{Type: "RuntimeDefault"},
 				FSGroup:        ptr(uid),
 			},
 			InitContainers: init,
-			Containers:     []corev1.Container{agent, keeper},
-			Volumes: []corev1.Volume{
-				vol(volBin, empty()),
-				vol(volTrust, corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: memory}}),
-				vol(volAudit, empty()),
-				vol(volOut, empty()),
-				vol(volWorkspace, corev1.VolumeSource{EmptyDir: workspace}),
-				vol(volTmp, empty()),
-				vol(volHome, empty()),
-				vol(volSecret, corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName: secret.Name, DefaultMode: ptr(int32(0o444)),
-				}}),
+			Containers:     []Container{agent, keeper},
+			Volumes: []Volume{
+				empty(volBin),
+				{Name: volTrust, EmptyDir: &EmptyDirVolumeSource{Medium: memory}},
+				empty(volAudit),
+				empty(volOut),
+				{Name: volWorkspace, EmptyDir: workspace},
+				empty(volTmp),
+				empty(volHome),
+				{Name: volSecret, Secret: &SecretVolumeSource{SecretName: secret.Name, DefaultMode: ptr(int32(0o444))}},
 			},
 		},
 	}
@@ -301,43 +287,46 @@ const (
 // restricted is the security context of every container but setup: one uid, no capabilities, no
 // privilege escalation (no_new_privs: no setuid binary makes it another uid), a read-only root and
 // RuntimeDefault seccomp.
-func restricted(uid int64) *corev1.SecurityContext {
-	return &corev1.SecurityContext{
+func restricted(uid int64) *SecurityContext {
+	return &SecurityContext{
 		RunAsUser:                ptr(uid),
 		RunAsGroup:               ptr(uid),
 		RunAsNonRoot:             ptr(true),
 		ReadOnlyRootFilesystem:   ptr(true),
 		AllowPrivilegeEscalation: ptr(false),
 		Privileged:               ptr(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		ProcMount:                nil,
+		Capabilities:             &Capabilities{Drop: []string{"ALL"}},
+		SeccompProfile:           &SeccompProfile{Type: "RuntimeDefault"},
 	}
 }
 
 // limitsOf maps the policy's limits to the agent container's resources (requests equal to limits, so
 // the scheduler reserves what the policy allows). pids and openFiles have no per-container field:
 // the node's settings hold them (the closing note of the kubernetes backend says so).
-func limitsOf(l policy.Limits) corev1.ResourceRequirements {
-	rl := corev1.ResourceList{}
+func limitsOf(l policy.Limits) *Resources {
+	rl := map[string]string{}
 	if l.Memory > 0 {
-		rl[corev1.ResourceMemory] = *resource.NewQuantity(int64(l.Memory), resource.BinarySI)
+		rl["memory"] = strconv.FormatInt(int64(l.Memory), 10)
 	}
 	if l.CPU > 0 {
-		rl[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(l.CPU*1000), resource.DecimalSI)
+		rl["cpu"] = strconv.FormatInt(int64(l.CPU*1000), 10) + "m"
 	}
 	if len(rl) == 0 {
-		return corev1.ResourceRequirements{}
+		return nil
 	}
-	return corev1.ResourceRequirements{Limits: rl, Requests: rl.DeepCopy()}
+	req := map[string]string{}
+	for k, v := range rl {
+		req[k] = v
+	}
+	return &Resources{Limits: rl, Requests: req}
 }
 
 // envVars turns KEY=VALUE into the container's env, in order.
-func envVars(env []string) []corev1.EnvVar {
-	out := make([]corev1.EnvVar, 0, len(env))
+func envVars(env []string) []EnvVar {
+	out := make([]EnvVar, 0, len(env))
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		out = append(out, corev1.EnvVar{Name: k, Value: v})
+		out = append(out, EnvVar{Name: k, Value: v})
 	}
 	return out
 }
@@ -353,33 +342,31 @@ func hostname(h string) string {
 // and to the cluster's DNS, and no ingress: the gateway decides by name, this only keeps a cluster
 // that enforces NetworkPolicy from being the one way around it (a pod-level policy cannot tell the
 // gateway's container from the agent's; the redirect inside the pod does that).
-func networkPolicy(meta metav1.ObjectMeta, labels map[string]string, pinned []string) *networkingv1.NetworkPolicy {
-	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
-	dns := intstr.FromInt32(53)
-	to := []networkingv1.NetworkPolicyPeer{
-		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{
+func networkPolicy(meta ObjectMeta, labels map[string]string, pinned []string) *NetworkPolicy {
+	to := []NetworkPolicyPeer{
+		{IPBlock: &IPBlock{CIDR: "0.0.0.0/0", Except: []string{
 			"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}}},
-		{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128"}}},
+		{IPBlock: &IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128"}}},
 	}
 	for _, a := range pinned {
 		cidr := a + "/32"
 		if strings.Contains(a, ":") {
 			cidr = a + "/128"
 		}
-		to = append(to, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+		to = append(to, NetworkPolicyPeer{IPBlock: &IPBlock{CIDR: cidr}})
 	}
-	return &networkingv1.NetworkPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+	return &NetworkPolicy{
+		TypeMeta:   TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: meta,
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelRun: labels[LabelRun]}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Egress: []networkingv1.NetworkPolicyEgressRule{
+		Spec: NetworkPolicySpec{
+			PodSelector: LabelSelector{MatchLabels: map[string]string{LabelRun: labels[LabelRun]}},
+			PolicyTypes: []string{"Ingress", "Egress"},
+			Egress: []NetworkPolicyEgressRule{
 				{To: to},
 				{
-					To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+					To: []NetworkPolicyPeer{{NamespaceSelector: &LabelSelector{
 						MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}}}},
-					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+					Ports: []NetworkPolicyPort{{Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 53}},
 				},
 			},
 		},
@@ -388,26 +375,26 @@ func networkPolicy(meta metav1.ObjectMeta, labels map[string]string, pinned []st
 
 // SandboxTemplate renders the pod as agent-sandbox's SandboxTemplate (extensions.agents.x-k8s.io),
 // for clusters that run that project: its warm pools and claims then make cordon's pods.
-func SandboxTemplate(o *Objects) (*unstructured.Unstructured, error) {
+func SandboxTemplate(o *Objects) (map[string]any, error) {
 	spec, err := toMap(o.Pod.Spec)
 	if err != nil {
 		return nil, err
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
+	meta := map[string]any{"name": o.Pod.Name, "labels": toAny(o.Pod.Labels)}
+	if o.Pod.Namespace != "" {
+		meta["namespace"] = o.Pod.Namespace
+	}
+	return map[string]any{
 		"apiVersion": "extensions.agents.x-k8s.io/v1alpha1",
 		"kind":       "SandboxTemplate",
-		"metadata":   map[string]any{"name": o.Pod.Name, "namespace": o.Pod.Namespace, "labels": toAny(o.Pod.Labels)},
+		"metadata":   meta,
 		"spec": map[string]any{
 			"podTemplate": map[string]any{
 				"metadata": map[string]any{"labels": toAny(o.Pod.Labels)},
 				"spec":     spec,
 			},
 		},
-	}}
-	if o.Pod.Namespace == "" {
-		unstructured.RemoveNestedField(u.Object, "metadata", "namespace")
-	}
-	return u, nil
+	}, nil
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -2,11 +2,15 @@ package kube
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"bytes"
+
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
@@ -24,9 +28,9 @@ func testInput() *Input {
 	}
 }
 
-func containers(p *corev1.Pod) map[string]corev1.Container {
-	m := map[string]corev1.Container{}
-	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+func containers(p *Pod) map[string]Container {
+	m := map[string]Container{}
+	for _, c := range append(append([]Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
 		m[c.Name] = c
 	}
 	return m
@@ -100,7 +104,7 @@ func TestRenderHoldsTheBoundary(t *testing.T) {
 			t.Errorf("%s runs as the gateway's uid: its traffic would not be redirected", name)
 		}
 	}
-	if rp := cs[ContainerGateway].RestartPolicy; rp == nil || *rp != corev1.ContainerRestartPolicyAlways {
+	if rp := cs[ContainerGateway].RestartPolicy; rp == nil || *rp != "Always" {
 		t.Error("the gateway is not a native sidecar: it would not run beside the agent")
 	}
 	// The init order is the boundary's order: rules before the gateway, the gateway before anything
@@ -131,11 +135,11 @@ func TestRenderHoldsTheBoundary(t *testing.T) {
 		t.Error("the Secret does not carry the credential to the gateway")
 	}
 	agent := cs[ContainerAgent]
-	if got := agent.Resources.Limits.Memory().Value(); got != 2<<30 {
-		t.Errorf("memory limit %d", got)
+	if got := agent.Resources.Limits["memory"]; got != "2147483648" {
+		t.Errorf("memory limit %s", got)
 	}
-	if got := agent.Resources.Limits.Cpu().MilliValue(); got != 1500 {
-		t.Errorf("cpu limit %dm", got)
+	if got := agent.Resources.Limits["cpu"]; got != "1500m" {
+		t.Errorf("cpu limit %s", got)
 	}
 	if p.Spec.ActiveDeadlineSeconds == nil || *p.Spec.ActiveDeadlineSeconds < 3600 {
 		t.Error("no pod deadline behind the run's timeout")
@@ -179,7 +183,82 @@ func TestRenderWithoutConfigHasNoValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GetKind() != "SandboxTemplate" || st.GetAPIVersion() != "extensions.agents.x-k8s.io/v1alpha1" {
-		t.Fatalf("template is %s %s", st.GetAPIVersion(), st.GetKind())
+	if st["kind"] != "SandboxTemplate" || st["apiVersion"] != "extensions.agents.x-k8s.io/v1alpha1" {
+		t.Fatalf("template is %v %v", st["apiVersion"], st["kind"])
 	}
+}
+
+// TestRenderMatchesTheAPI decodes every rendered object into k8s.io/api's own types with unknown
+// fields refused, and compares what comes back: cordon's types are a subset of the API's, and a
+// field name spelled wrong, or a value of the wrong shape, fails here rather than in a cluster.
+func TestRenderMatchesTheAPI(t *testing.T) {
+	in := testInput()
+	in.RuntimeClass = "gvisor"
+	in.PinnedAddrs = []string{"10.1.2.3", "fd00::1"}
+	o, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		obj  any
+		into any
+	}{
+		{"pod", o.Pod, &corev1.Pod{}},
+		{"secret", o.Secret, &corev1.Secret{}},
+		{"networkpolicy", o.NetworkPolicy, &networkingv1.NetworkPolicy{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ours, err := json.Marshal(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := json.NewDecoder(bytes.NewReader(ours))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(tc.into); err != nil {
+				t.Fatalf("k8s.io/api does not read cordon's %s: %v\n%s", tc.name, err, ours)
+			}
+			theirs, err := json.Marshal(tc.into)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a, b map[string]any
+			_ = json.Unmarshal(ours, &a)
+			_ = json.Unmarshal(theirs, &b)
+			if missing := lost("", a, b); missing != "" {
+				t.Fatalf("%s: k8s.io/api dropped or changed %s", tc.name, missing)
+			}
+		})
+	}
+}
+
+// lost names a value of ours that theirs does not hold alike (theirs may add defaults).
+func lost(path string, ours, theirs any) string {
+	switch o := ours.(type) {
+	case map[string]any:
+		t, ok := theirs.(map[string]any)
+		if !ok {
+			return path
+		}
+		for k, v := range o {
+			if m := lost(path+"."+k, v, t[k]); m != "" {
+				return m
+			}
+		}
+	case []any:
+		t, ok := theirs.([]any)
+		if !ok || len(t) != len(o) {
+			return path
+		}
+		for i := range o {
+			if m := lost(fmt.Sprintf("%s[%d]", path, i), o[i], t[i]); m != "" {
+				return m
+			}
+		}
+	default:
+		if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+			return path
+		}
+	}
+	return ""
 }

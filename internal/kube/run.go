@@ -12,10 +12,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/remotecommand"
-
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
 
@@ -26,7 +22,7 @@ type Streams struct {
 	// TTY attaches a terminal (the pod's container was rendered with TTY); Resize, when set, gives
 	// the terminal's size as it changes.
 	TTY    bool
-	Resize remotecommand.TerminalSizeQueue
+	Resize <-chan TermSize
 }
 
 // RunOptions is one run on the cluster.
@@ -80,7 +76,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if derr := c.deleteRun(dctx, runID); derr != nil {
+		if derr := c.DeleteRun(dctx, runID); derr != nil {
 			err = errors.Join(err, fmt.Errorf("kube: cleaning up (cordon gc retries): %w", derr))
 		}
 	}()
@@ -102,7 +98,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	}
 	// The Secret belongs to the pod: when the pod goes, the cluster's garbage collector takes the
 	// Secret too, even if cordon is gone by then.
-	secret.OwnerReferences = []metav1.OwnerReference{{
+	secret.OwnerReferences = []OwnerReference{{
 		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 	}}
 	if err := c.updateSecret(ctx, secret); err != nil {
@@ -121,7 +117,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	}
 	res = &Result{}
 	gatewayUp := false
-	err = c.watchPod(startCtx, pod.Name, func(p *corev1.Pod) (bool, error) {
+	err = c.watchPod(startCtx, pod.Name, func(p *Pod) (bool, error) {
 		if !gatewayUp && containerStarted(p.Status.InitContainerStatuses, ContainerGateway) && opts.Notify != nil {
 			gatewayUp = true
 			notices.Add(1)
@@ -138,7 +134,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 				res.Base = strings.TrimSpace(s.State.Terminated.Message)
 			}
 		}
-		st := status(p.Status.ContainerStatuses, ContainerAgent)
+		st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
 		return st != nil && (st.State.Running != nil || st.State.Terminated != nil), nil
 	})
 	if err != nil {
@@ -158,16 +154,16 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	if opts.Streams.Stdin != nil {
 		stdin = io.MultiReader(stdin, opts.Streams.Stdin)
 	}
-	so := remotecommand.StreamOptions{Stdin: stdin, Stdout: opts.Streams.Stdout, Tty: opts.Streams.TTY, TerminalSizeQueue: opts.Streams.Resize}
+	so := streamOptions{Stdin: stdin, Stdout: opts.Streams.Stdout, TTY: opts.Streams.TTY, Resize: opts.Streams.Resize}
 	if !opts.Streams.TTY {
 		so.Stderr = opts.Streams.Stderr
 	}
-	attachErr := c.stream(runCtx, c.attachRequest(pod.Name, ContainerAgent, true, opts.Streams.TTY), so)
+	attachErr := c.attach(runCtx, pod.Name, ContainerAgent, so)
 
 	// The attach ends when the agent's container does (or the stream broke): the kubelet's word on
 	// how it ended is what counts.
-	err = c.watchPod(runCtx, pod.Name, func(p *corev1.Pod) (bool, error) {
-		st := status(p.Status.ContainerStatuses, ContainerAgent)
+	err = c.watchPod(runCtx, pod.Name, func(p *Pod) (bool, error) {
+		st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
 		if st == nil || st.State.Terminated == nil {
 			return false, nil
 		}
@@ -214,7 +210,7 @@ func (c *Client) fetch(ctx context.Context, pod string, patch, audit io.Writer) 
 	done := make(chan error, 1)
 	go func() {
 		cmd := append([]string{kubepod.BinaryInImage}, kubepod.FetchArgs...)
-		err := c.stream(ctx, c.execRequest(pod, ContainerKeeper, cmd), remotecommand.StreamOptions{Stdout: pw, Stderr: &stderr})
+		err := c.exec(ctx, pod, ContainerKeeper, cmd, streamOptions{Stdout: pw, Stderr: &stderr})
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -251,7 +247,7 @@ func (c *Client) followNotices(ctx context.Context, pod string, notify func(stri
 }
 
 // stepFailure says which step of the pod failed before the agent, with what it said.
-func stepFailure(p *corev1.Pod) error {
+func stepFailure(p *Pod) error {
 	for _, s := range p.Status.InitContainerStatuses {
 		if t := s.State.Terminated; t != nil && t.ExitCode != 0 {
 			msg := strings.TrimSpace(t.Message)
@@ -272,13 +268,13 @@ func stepFailure(p *corev1.Pod) error {
 			return &StepError{Step: s.Name, Message: w.Reason + ": " + w.Message}
 		}
 	}
-	if p.Status.Phase == corev1.PodFailed && status(p.Status.ContainerStatuses, ContainerAgent) == nil {
+	if p.Status.Phase == "Failed" && containerStatus(p.Status.ContainerStatuses, ContainerAgent) == nil {
 		return &StepError{Step: "pod", Message: p.Status.Reason + " " + p.Status.Message}
 	}
 	return nil
 }
 
-func lastTermination(s corev1.ContainerStatus) string {
+func lastTermination(s ContainerStatus) string {
 	if t := s.LastTerminationState.Terminated; t != nil {
 		if m := strings.TrimSpace(t.Message); m != "" {
 			return m
@@ -297,7 +293,7 @@ func badWait(reason string) bool {
 	return false
 }
 
-func status(ss []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+func containerStatus(ss []ContainerStatus, name string) *ContainerStatus {
 	for i := range ss {
 		if ss[i].Name == name {
 			return &ss[i]
@@ -306,8 +302,8 @@ func status(ss []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-func containerStarted(ss []corev1.ContainerStatus, name string) bool {
-	s := status(ss, name)
+func containerStarted(ss []ContainerStatus, name string) bool {
+	s := containerStatus(ss, name)
 	return s != nil && (s.State.Running != nil || s.State.Terminated != nil)
 }
 
@@ -317,7 +313,7 @@ func (c *Client) waitingFor(ctx context.Context, name string) string {
 	if err != nil {
 		return ""
 	}
-	for _, ss := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+	for _, ss := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for _, s := range ss {
 			if w := s.State.Waiting; w != nil {
 				return fmt.Sprintf(" (%s is waiting: %s %s)", s.Name, w.Reason, w.Message)
@@ -328,11 +324,9 @@ func (c *Client) waitingFor(ctx context.Context, name string) string {
 		}
 	}
 	for _, cond := range p.Status.Conditions {
-		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+		if cond.Status != "True" && cond.Message != "" {
 			return fmt.Sprintf(" (%s: %s)", cond.Type, cond.Message)
 		}
 	}
 	return ""
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
