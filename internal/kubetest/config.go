@@ -39,6 +39,7 @@ type layout struct {
 	kubeletConfig          string
 	podLogs, volumePlugins string
 	tokens, saved          string // the token auth file; the kernel settings saved before kubelet ran
+	started                string // written as the cluster starts: its time tells this cluster's files
 	kubeconfigs            string
 	adminKubeconfig        string
 }
@@ -53,7 +54,7 @@ func newLayout(root string) *layout {
 		cniConf: j("cni", "net.d"), cniIPAM: j("cni", "ipam"),
 		kubeletRoot: j("kubelet"), kubeletConfig: j("kubelet-config.json"),
 		podLogs: j("pod-logs"), volumePlugins: j("volume-plugins"),
-		tokens: j("pki", "tokens.csv"), saved: j("sysctl.json"), kubeconfigs: j("kubeconfig"),
+		tokens: j("pki", "tokens.csv"), saved: j("sysctl.json"), started: j("started"), kubeconfigs: j("kubeconfig"),
 		adminKubeconfig: j("kubeconfig", "admin.kubeconfig"),
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -107,7 +110,8 @@ func onePod(ns, name, image string, cmd ...string) *corev1.Pod {
 	}
 }
 
-// TestClusterRunsPod runs the agent image's git and curl as uid 1000 with a read-only root, and,
+// TestClusterRunsPod runs the agent image's git and curl as uid 1000 with a read-only root (curl
+// reaching a server of the test's on HostIP), and,
 // when the cluster has runsc, a pod under the gvisor RuntimeClass whose kernel is gVisor's.
 func TestClusterRunsPod(t *testing.T) {
 	c := Start(t)
@@ -115,17 +119,34 @@ func TestClusterRunsPod(t *testing.T) {
 	ns := c.Namespace(t)
 	agent := AgentImage(t, c)
 
-	phase, logs, took := runPod(t, cs, onePod(ns, "agent-tools", agent, "/bin/sh", "-c", "id -u && git --version && curl --version"))
+	// A server of the test's on HostIP, which pods must reach.
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.HostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "reached the host") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	phase, logs, took := runPod(t, cs, onePod(ns, "agent-tools", agent, "/bin/sh", "-c",
+		"id -u && git --version && curl --version && curl -sS http://"+ln.Addr().String()+"/"))
 	t.Logf("runc pod create→%s in %v", phase, took.Round(time.Millisecond))
 	if phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s, log:\n%s", phase, logs)
 	}
 	lines := strings.Split(logs, "\n")
-	if lines[0] != fmt.Sprint(AgentUID) || !strings.Contains(logs, "git version ") || !strings.Contains(logs, "curl ") {
-		t.Fatalf("log does not show uid %d, git and curl:\n%s", AgentUID, logs)
+	if lines[0] != fmt.Sprint(AgentUID) || !strings.Contains(logs, "git version ") || !strings.Contains(logs, "curl ") ||
+		!strings.HasSuffix(logs, "reached the host") {
+		t.Fatalf("log does not show uid %d, git, curl and the host's server:\n%s", AgentUID, logs)
 	}
 
 	logFootprint(t)
+
+	// kubectl and the admin kubeconfig work as a user of the cluster would use them.
+	out, err := exec.Command(c.Kubectl, "--kubeconfig", c.Kubeconfig, "get", "node", "-o", "name").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "node/"+NodeName {
+		t.Fatalf("kubectl get node: %v: %s", err, out)
+	}
 
 	if c.RuntimeClass == "" {
 		t.Logf("no %s RuntimeClass here: %v", RuntimeClassName, c.RuntimeClassErr)
@@ -216,4 +237,28 @@ func logFootprint(t *testing.T) {
 		parts = append(parts, fmt.Sprintf("%s %d MiB", name, rss[name]/1024))
 	}
 	t.Logf("resident memory: %s; total %d MiB", strings.Join(parts, ", "), total/1024)
+}
+
+// TestCordonImage runs a static binary as the cordon image's /cordon, alone in its image, as uid
+// 1000 with a read-only root.
+func TestCordonImage(t *testing.T) {
+	c := Start(t)
+	bin := filepath.Join(t.TempDir(), "hello")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/hello")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	ref := CordonImage(t, c, bin)
+	if !strings.HasPrefix(ref, "cordon.test/cordon:") {
+		t.Fatalf("cordon image named %q", ref)
+	}
+	ns := c.Namespace(t)
+	phase, logs, _ := runPod(t, c.Client(t), onePod(ns, "cordon", ref, "/cordon"))
+	if want := fmt.Sprintf("uid %d, write to / refused: true\n", AgentUID); phase != corev1.PodSucceeded || logs != want {
+		t.Fatalf("pod %s, log %q, want %q", phase, logs, want)
+	}
+	if _, err := cordonImage("/usr/bin/git"); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Fatalf("a dynamically linked binary as the cordon image: %v", err)
+	}
 }

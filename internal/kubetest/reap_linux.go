@@ -157,7 +157,7 @@ func reap(l *layout, children []*proc, keepLogs bool) error {
 			errs = append(errs, fmt.Errorf("kubetest: deleting the bridge %s: %v: %s", bridgeName, err, out))
 		}
 	}
-	errs = append(errs, removeCNICache(x.Tasks), removeContainerLogLinks(l.podLogs), restoreSysctls(l.saved))
+	errs = append(errs, removeCNICache(x.Tasks, startedAt(l)), removeContainerLogLinks(l.podLogs), restoreSysctls(l.saved))
 	errs = append(errs, removeHostPaths(), removeState(l, keepLogs))
 	return errors.Join(errs...)
 }
@@ -402,15 +402,34 @@ func unmountAll(dir string) error {
 	return fmt.Errorf("kubetest: still mounted under %s: %v", dir, mounts)
 }
 
+// startedAt is when the cluster under l started (its started file's time), zero if unknown.
+func startedAt(l *layout) time.Time {
+	fi, err := os.Stat(l.started)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}
+
 // cniCache is libcni's cache directory (fixed in containerd 1.6).
 const cniCache = "/var/lib/cni/results"
 
 // removeCNICache removes the CNI results cached for this cluster's network and for the loopback
-// of its sandboxes (a sandbox that was never torn down leaves both).
-func removeCNICache(tasks []string) error {
+// of its sandboxes: those of the tasks left, and those containerd 1.6 leaves behind for a sandbox
+// torn down while it was being set up (a pod deleted at once), which name a network namespace that
+// is gone and were written since this cluster started (started is the time; zero for none).
+func removeCNICache(tasks []string, started time.Time) error {
 	files, _ := filepath.Glob(filepath.Join(cniCache, cniNetwork+"-*"))
 	for _, id := range tasks {
 		files = append(files, filepath.Join(cniCache, "cni-loopback-"+id+"-lo"))
+	}
+	if !started.IsZero() {
+		loops, _ := filepath.Glob(filepath.Join(cniCache, "cni-loopback-*-lo"))
+		for _, f := range loops {
+			if fi, err := os.Stat(f); err == nil && !fi.ModTime().Before(started) && staleLoopback(f) {
+				files = append(files, f)
+			}
+		}
 	}
 	var errs []error
 	for _, f := range files {
@@ -419,6 +438,33 @@ func removeCNICache(tasks []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// staleLoopback says whether a cached loopback result's network namespace is gone.
+func staleLoopback(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var cached struct {
+		Result struct {
+			Interfaces []struct {
+				Sandbox string `json:"sandbox"`
+			} `json:"interfaces"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(b, &cached) != nil || len(cached.Result.Interfaces) == 0 {
+		return false
+	}
+	for _, i := range cached.Result.Interfaces {
+		if !strings.HasPrefix(i.Sandbox, netnsDir+"/") {
+			return false
+		}
+		if _, err := os.Stat(i.Sandbox); err == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // containerLogLinks is where kubelet links each container's log from (fixed in kubelet).

@@ -222,6 +222,9 @@ func start(logf func(string, ...any)) (_ *Cluster, _ *running, err error) {
 	if err := saveSysctls(l.saved); err != nil {
 		return nil, nil, err
 	}
+	if err := os.WriteFile(l.started, nil, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("kubetest: %w", err)
+	}
 	mark("leftovers")
 	c := &Cluster{
 		Kubectl: filepath.Join(bin, "kubectl"), Kubeconfig: l.adminKubeconfig,
