@@ -78,18 +78,27 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 	}
 	code, runErr, killErr := runAndKill(ctx, o)
 	st := kubepod.Status{Version: kubepod.Version, Base: o.Base}
-	if killErr != nil {
+	// What the command wrote to OutDir goes, whatever comes of the patch (should a leftover of its
+	// outlive the kill and write again, PatchError says so, and a patch beside it is not the wrapper's).
+	clearErr := clearResults(o.OutDir)
+	switch {
+	case killErr != nil:
 		st.PatchError = killErr.Error()
-	} else if err := makePatch(ctx, o); err != nil {
-		st.PatchError = err.Error()
+	case clearErr != nil:
+		st.PatchError = clearErr.Error()
+	default:
+		if err := makePatch(ctx, o); err != nil {
+			st.PatchError = err.Error()
+		}
+	}
+	var patchErr error
+	if st.PatchError != "" {
+		patchErr = fmt.Errorf("agent: %s", st.PatchError)
 	}
 	if err := writeStatus(o.OutDir, &st); err != nil {
-		return code, errors.Join(runErr, err)
+		return code, errors.Join(runErr, patchErr, err)
 	}
-	if st.PatchError != "" {
-		return code, errors.Join(runErr, errors.New(st.PatchError))
-	}
-	return code, runErr
+	return code, errors.Join(runErr, patchErr)
 }
 
 // clearResults removes the results' files from dir (the command can write there too, and a file

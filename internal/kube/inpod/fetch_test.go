@@ -79,6 +79,10 @@ func TestFetchRefuses(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("SECRET"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	elsewhere := filepath.Join(t.TempDir(), "status.json") // a status the wrapper did not write there
+	if err := os.WriteFile(elsewhere, []byte(`{"version":1,"base":"forged"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		setup func(o FetchOptions)
@@ -94,7 +98,7 @@ func TestFetchRefuses(t *testing.T) {
 			os.WriteFile(filepath.Join(o.OutDir, kubepod.StatusFile), bytes.Repeat([]byte(" "), maxStatusBytes+1), 0o644)
 		}, "over"},
 		{"patch a symlink", func(o FetchOptions) { os.Symlink(secret, filepath.Join(o.OutDir, kubepod.PatchFile)) }, "changes.patch"},
-		{"status a symlink", func(o FetchOptions) { os.Symlink(secret, filepath.Join(o.OutDir, kubepod.StatusFile)) }, "status.json"},
+		{"status a symlink", func(o FetchOptions) { os.Symlink(elsewhere, filepath.Join(o.OutDir, kubepod.StatusFile)) }, "status.json"},
 		{"audit a symlink", func(o FetchOptions) { os.Symlink(secret, filepath.Join(o.AuditDir, kubepod.AuditFile)) }, "audit.jsonl"},
 		{"patch a FIFO", func(o FetchOptions) { syscall.Mkfifo(filepath.Join(o.OutDir, kubepod.PatchFile), 0o644) }, "not a regular file"},
 	} {
