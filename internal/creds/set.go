@@ -76,6 +76,7 @@ type entry struct {
 	name        string
 	source      Source
 	inject      Inject
+	shape       string // Spec.Shape, kept for Export
 	header      string // canonical form of inject.Header
 	placeholder string
 
@@ -140,14 +141,7 @@ func Prepare(ctx context.Context, specs []Spec) (*Set, error) {
 }
 
 func (s *Set) prepare(ctx context.Context, specs []Spec) error {
-	envNames := map[string]string{}
-	claim := func(env, cred string) error {
-		if other, dup := envNames[env]; dup {
-			return fmt.Errorf("credentials %s and %s both set %s", other, cred, env)
-		}
-		envNames[env] = cred
-		return nil
-	}
+	claim := newEnvClaims()
 	var used []string // every placeholder and real value, to check none contains another
 	for i, sp := range specs {
 		e, err := newEntry(sp)
@@ -193,14 +187,16 @@ func (s *Set) prepare(ctx context.Context, specs []Spec) error {
 			}
 			used = append(used, e.placeholder, real.Reveal())
 		}
-		for _, t := range e.tokens() {
-			e.lowerTokens = append(e.lowerTokens, strings.ToLower(t))
-		}
-		s.entries = append(s.entries, e)
+		s.add(e)
 	}
-	// Placeholders are random with at least 128 bits, so this never fires
-	// unless randomness is broken; it guards substitution's premise that no
-	// placeholder occurs inside another placeholder or a real value.
+	return s.checkCollisions(used)
+}
+
+// checkCollisions guards substitution's premise that no placeholder occurs inside another
+// placeholder or a real value: used holds every placeholder and real value of the Set. Placeholders
+// made here are random with at least 128 bits, so for Prepare this never fires unless randomness is
+// broken; for Restore it also refuses placeholders made elsewhere that do not keep the premise.
+func (s *Set) checkCollisions(used []string) error {
 	for _, e := range s.entries {
 		for _, p := range e.tokens() {
 			n := 0
@@ -217,11 +213,32 @@ func (s *Set) prepare(ctx context.Context, specs []Spec) error {
 	return nil
 }
 
+// newEnvClaims returns the function that records which credential sets an environment variable,
+// refusing a second one: the agent could find only one of them.
+func newEnvClaims() func(env, cred string) error {
+	envNames := map[string]string{}
+	return func(env, cred string) error {
+		if other, dup := envNames[env]; dup {
+			return fmt.Errorf("credentials %s and %s both set %s", other, cred, env)
+		}
+		envNames[env] = cred
+		return nil
+	}
+}
+
+// add appends e, its placeholders known, to the Set.
+func (s *Set) add(e *entry) {
+	for _, t := range e.tokens() {
+		e.lowerTokens = append(e.lowerTokens, strings.ToLower(t))
+	}
+	s.entries = append(s.entries, e)
+}
+
 func newEntry(sp Spec) (*entry, error) {
 	if !validEnvName(sp.Name) {
 		return nil, errors.New("name must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
 	}
-	e := &entry{name: sp.Name, source: sp.Source, inject: sp.Inject}
+	e := &entry{name: sp.Name, source: sp.Source, inject: sp.Inject, shape: sp.Shape}
 	if len(sp.Inject.Hosts) == 0 {
 		return nil, errors.New("inject: no hosts")
 	}

@@ -32,7 +32,14 @@ import (
 	"io"
 
 	"github.com/cordon-sandbox/cordon/internal/creds"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
+
+// Ports are where the gateway listens on the pod's loopback. The redirect sends every DNS query,
+// whatever its port, to DNS, so all three are above 1024: the gateway needs no capability to bind them.
+func Ports() sandbox.EgressPorts {
+	return sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 15053}
+}
 
 // Version is the format of ConfigFile, StatusFile and Fetch's stream. The inside refuses another.
 const Version = 1
