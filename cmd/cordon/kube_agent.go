@@ -12,7 +12,7 @@ import (
 // They run inside the pod, where cordon's Kubernetes backend puts them; nobody types them.
 const (
 	kubeCloneUsage = "kube clone --repo URL --ref REF --dir DIR"
-	kubeAgentUsage = "kube agent [--attach] --dir DIR --base COMMIT -- COMMAND [ARG...]"
+	kubeAgentUsage = "kube agent [--attach] --dir DIR [--base COMMIT] -- COMMAND [ARG...]"
 	kubeKeepUsage  = "kube keep"
 	kubeFetchUsage = "kube fetch"
 )
@@ -57,12 +57,12 @@ func (a *app) kubeAgent(args []string) int {
 	fs := a.flags("kube agent", kubeAgentUsage)
 	attach := fs.Bool("attach", false, "read cordon's attach hello from stdin before the command starts")
 	dir := fs.String("dir", kubepod.Checkout, "the checkout to run the command in")
-	base := fs.String("base", "", "the `COMMIT` the clone step checked out: the patch is against it")
+	base := fs.String("base", "", "the `COMMIT` the patch is against (default: the checkout's detached HEAD as the wrapper starts, the clone step's commit)")
 	if code, ok := a.parse(fs, kubeAgentUsage, args); !ok {
 		return code
 	}
-	if *base == "" || fs.NArg() == 0 {
-		a.errorf("kube agent: --base and a command are required (usage: cordon %s)", kubeAgentUsage)
+	if fs.NArg() == 0 {
+		a.errorf("kube agent: no command given (usage: cordon %s)", kubeAgentUsage)
 		return exitCordon
 	}
 	code, err := inpod.Agent(context.Background(), inpod.AgentOptions{Dir: *dir, Base: *base, Attach: *attach, Args: fs.Args(),

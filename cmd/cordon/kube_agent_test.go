@@ -75,8 +75,9 @@ func TestKubeAgentSideClone(t *testing.T) {
 	}{
 		{"clone", []string{"--repo", "x"}, exitUsage},
 		{"clone", []string{"--bogus"}, exitUsage},
-		{"agent", []string{"--dir", "/nonexistent"}, exitCordon}, // no --base, no command: nothing runs
-		{"agent", []string{"--base", strings.Repeat("a", 40)}, exitCordon},
+		{"agent", []string{"--dir", "/nonexistent"}, exitCordon}, // no command: nothing runs
+		{"agent", []string{"--dir", "/nonexistent", "--", "true"}, exitCordon},
+		{"agent", []string{"--dir", t.TempDir(), "--", "true"}, exitCordon}, // no HEAD to take the base from
 		{"keep", []string{"extra"}, exitUsage},
 		{"fetch", []string{"extra"}, exitUsage},
 	} {

@@ -26,7 +26,9 @@ const (
 // AgentOptions says what the agent's wrapper runs and where its results go.
 type AgentOptions struct {
 	// Dir is the checkout the command runs in, Base the commit the clone step checked out (a full
-	// hash): the patch is Dir's changes against it.
+	// hash): the patch is Dir's changes against it. An empty Base is Dir's detached HEAD as Agent
+	// starts, before anything of the command's has run: the pod is rendered before the clone step
+	// knows the commit a branch names.
 	Dir, Base string
 	// Attach: read kubepod.AttachHello from Stdin before anything runs (cordon attaches to the
 	// container, and an attach does not replay what was written before it).
@@ -56,6 +58,16 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 	if o.OutDir == "" {
 		o.OutDir = kubepod.OutDir
 	}
+	if fi, err := os.Stat(o.Dir); err != nil || !fi.IsDir() {
+		return exitWrapper, fmt.Errorf("agent: the checkout %q is not a directory (%v)", o.Dir, err)
+	}
+	if o.Base == "" {
+		base, err := detachedHead(o.Dir)
+		if err != nil {
+			return exitWrapper, err
+		}
+		o.Base = base
+	}
 	switch {
 	case len(o.Args) == 0:
 		return exitWrapper, errors.New("agent: no command")
@@ -63,9 +75,6 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		return exitWrapper, fmt.Errorf("agent: the base %q is not a full commit hash", o.Base)
 	case o.Stdin == nil || o.Stdout == nil || o.Stderr == nil:
 		return exitWrapper, errors.New("agent: the command's streams are not all given")
-	}
-	if fi, err := os.Stat(o.Dir); err != nil || !fi.IsDir() {
-		return exitWrapper, fmt.Errorf("agent: the checkout %q is not a directory (%v)", o.Dir, err)
 	}
 	// Whatever is in OutDir now was not written by this wrapper.
 	if err := clearResults(o.OutDir); err != nil {
@@ -99,6 +108,19 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		return code, errors.Join(runErr, patchErr, err)
 	}
 	return code, errors.Join(runErr, patchErr)
+}
+
+// detachedHead is the commit dir's .git/HEAD names, which must be detached (as Clone leaves it).
+func detachedHead(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ".git", "HEAD"))
+	if err != nil {
+		return "", fmt.Errorf("agent: no --base, and the checkout's HEAD: %w", err)
+	}
+	head := strings.TrimSpace(string(b))
+	if !isCommit(head) {
+		return "", fmt.Errorf("agent: no --base, and the checkout's HEAD is not a detached commit (%.60q)", head)
+	}
+	return head, nil
 }
 
 // clearResults removes the results' files from dir (the command can write there too, and a file

@@ -162,10 +162,11 @@ func (r *agentRun) status(t *testing.T) *kubepod.Status {
 // space), deletes, chmods, retargets a symbolic link and ignores files, one of them tracked, then
 // exits 3. The wrapper exits 3 too; the patch passes `git apply --check` on a fresh clone at the
 // base and reproduces the agent's tree exactly there (the ignored untracked directory aside);
-// the status names the base and no error.
+// the status names the base (no --base was given: the checkout's HEAD) and no error.
 func TestAgentPatch(t *testing.T) {
 	c := newCheckout(t)
-	r, rep, _ := runAgent(t, agentChild{Dir: c.dir, Base: c.base, Env: agentEnv(), Args: script(`set -e
+	// No base given, as in the pod: the checkout's HEAD as the wrapper starts.
+	r, rep, _ := runAgent(t, agentChild{Dir: c.dir, Env: agentEnv(), Args: script(`set -e
 echo changed >> README && chmod +x README
 printf 'new\n' > added.txt && mkdir -p deep/er && echo x > deep/er/f.txt && echo s > 'sp ace.txt'
 printf '\000\001\002\003binary\377' > blob.bin
@@ -489,7 +490,8 @@ printf '* filter=evil\n' > .gitattributes`},
 // status, a patch that is a symbolic link); a checkout whose object store is gone gives a status
 // with the patch's error and no patch (not even the one the command wrote), while the exit code
 // stays the command's; a command that is
-// not there exits 127 with an empty patch; a base that is not a commit hash runs nothing.
+// not there exits 127 with an empty patch; a base that is not a commit hash, or no base and a HEAD
+// that is not detached, runs nothing.
 func TestAgentResults(t *testing.T) {
 	c := newCheckout(t)
 	t.Run("planted results", func(t *testing.T) {
@@ -543,6 +545,18 @@ func TestAgentResults(t *testing.T) {
 			if _, ok := r.outFile(t, kubepod.StatusFile); ok {
 				t.Errorf("base %q: a status was written", base)
 			}
+		}
+		// No base given and a HEAD that is not detached: the clone step did not leave it so.
+		attached := newCheckout(t)
+		if err := os.WriteFile(filepath.Join(attached.dir, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, rep, _ := runAgent(t, agentChild{Dir: attached.dir, Env: agentEnv(), Args: script("touch " + marker)}, nil)
+		if rep.Code != exitWrapper || !strings.Contains(rep.Err, "not a detached commit") {
+			t.Errorf("attached HEAD: code %d, error %q", rep.Code, rep.Err)
+		}
+		if _, ok := r.outFile(t, kubepod.StatusFile); ok {
+			t.Error("attached HEAD: a status was written")
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Error("the command ran")

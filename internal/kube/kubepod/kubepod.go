@@ -87,7 +87,7 @@ var (
 	GatewayArgs = []string{"kube", "gateway"} // + --config SecretDir/ConfigFile
 	ReadyArgs   = []string{"kube", "ready"}   // exit 0 once TrustDir/ReadyFile exists (the startup probe)
 	CloneArgs   = []string{"kube", "clone"}   // + --repo URL --ref REF --dir Checkout
-	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout --base COMMIT -- CMD...
+	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout [--base COMMIT] -- CMD... (no --base: the checkout's detached HEAD)
 	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
 	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
 )
