@@ -394,50 +394,59 @@ func TestAgentHello(t *testing.T) {
 }
 
 // TestAgentTerminal: a terminal on stdin (the wrapper's controlling terminal, as in a pod with a
-// tty) is the command's: /dev/tty opens and its process group is the terminal's foreground group.
+// tty) is the command's: /dev/tty opens, and the command has a process group of its own that is the
+// terminal's foreground group (so a ^C typed reaches the command once, not the wrapper too, which
+// would forward it a second time).
 // The hello is read raw: it is not echoed, so the terminal shows only what the command wrote and
 // the echo of what was typed after the hello.
 func TestAgentTerminal(t *testing.T) {
 	c := newCheckout(t)
-	ptm, tty, err := pty.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptm.Close()
-	waitR, waitW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := agentCmd(t, agentChild{Dir: c.dir, Base: c.base, Env: agentEnv(), Attach: true, HelloFD: true, Args: script(`
+	for _, tc := range []struct {
+		name string
+		ctty bool // the terminal is the wrapper's controlling terminal; else it belongs to no session
+	}{{"the wrapper's terminal", true}, {"a terminal of no session", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ptm, tty, err := pty.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ptm.Close()
+			waitR, waitW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := agentCmd(t, agentChild{Dir: c.dir, Base: c.base, Env: agentEnv(), Attach: true, HelloFD: true, Args: script(`
 exec 3</dev/tty && echo CTTY
-read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/$$/stat; [ "$pgrp" = "$tpgid" ] && echo FOREGROUND
+read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/$$/stat; [ "$pgrp" = "$tpgid" ] && [ "$pgrp" = "$$" ] && echo FOREGROUND
 read line; echo "got:$line"`)})
-	r.Stdin, r.Stdout, r.Stderr = tty, tty, tty
-	r.ExtraFiles = []*os.File{waitW}
-	r.SysProcAttr.Setsid, r.SysProcAttr.Setctty, r.SysProcAttr.Ctty = true, true, 0
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	tty.Close()
-	waitW.Close()
-	if _, err := waitR.Read(make([]byte, 1)); err != nil {
-		t.Fatalf("the wrapper did not wait for the hello: %v", err)
-	}
-	if _, err := ptm.Write([]byte(kubepod.AttachHello + "input\n")); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(ptm) // EIO once the terminal's last user is gone
-	rep := r.report(t)
-	if rep.Code != 0 || rep.Err != "" {
-		t.Fatalf("code %d, error %q\n%s", rep.Code, rep.Err, out)
-	}
-	for _, want := range []string{"CTTY", "FOREGROUND", "got:input"} {
-		if !bytes.Contains(out, []byte(want)) {
-			t.Errorf("the terminal shows no %s:\n%q", want, out)
-		}
-	}
-	if bytes.Contains(out, []byte("cordon-attach")) {
-		t.Errorf("the hello was echoed:\n%q", out)
+			r.Stdin, r.Stdout, r.Stderr = tty, tty, tty
+			r.ExtraFiles = []*os.File{waitW}
+			r.SysProcAttr.Setsid, r.SysProcAttr.Setctty, r.SysProcAttr.Ctty = true, tc.ctty, 0
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			tty.Close()
+			waitW.Close()
+			if _, err := waitR.Read(make([]byte, 1)); err != nil {
+				t.Fatalf("the wrapper did not wait for the hello: %v", err)
+			}
+			if _, err := ptm.Write([]byte(kubepod.AttachHello + "input\n")); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(ptm) // EIO once the terminal's last user is gone
+			rep := r.report(t)
+			if rep.Code != 0 || rep.Err != "" {
+				t.Fatalf("code %d, error %q\n%s", rep.Code, rep.Err, out)
+			}
+			for _, want := range []string{"CTTY", "FOREGROUND", "got:input"} {
+				if !bytes.Contains(out, []byte(want)) {
+					t.Errorf("the terminal shows no %s:\n%q", want, out)
+				}
+			}
+			if bytes.Contains(out, []byte("cordon-attach")) {
+				t.Errorf("the hello was echoed:\n%q", out)
+			}
+		})
 	}
 }
 
