@@ -223,13 +223,17 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	if res.Status != nil && res.Status.Base != "" {
 		base = res.Status.Base
 	}
+	// The wrapper's status is the word on whether the patch is its own: a process the agent left
+	// could have written one where the wrapper failed.
 	switch {
-	case res.HasPatch:
+	case res.Status == nil:
+		runErr = errors.Join(runErr, errors.New("the agent's wrapper reported nothing: the run's changes, if any, are lost with the pod"))
+	case res.Status.PatchError != "":
+		runErr = errors.Join(runErr, fmt.Errorf("the pod could not make the run's changes: %s", res.Status.PatchError))
+	case res.HasPatch && patch.Len() > 0:
 		if err := workspace.PreparePatch(rec, project, workspace.PatchInfo{Repo: cfg.Repo, Ref: cfg.Ref, Base: base}, &patch); err != nil {
 			runErr = errors.Join(runErr, fmt.Errorf("recording the run's changes: %w", err))
 		}
-	case res.Status != nil && res.Status.PatchError != "":
-		runErr = errors.Join(runErr, fmt.Errorf("the pod could not make the run's changes: %s", res.Status.PatchError))
 	}
 	if cs, err := workspace.Changes(rec); err == nil {
 		out.Changed = len(cs)

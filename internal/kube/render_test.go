@@ -262,3 +262,31 @@ func lost(path string, ours, theirs any) string {
 	}
 	return ""
 }
+
+func TestDropEcho(t *testing.T) {
+	echo := "cordon-attach-v1\r\n"
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"echo then output", []string{echo, "hi"}, "hi"},
+		{"echo split", []string{"cordon-", "attach-v1\r", "\nhi"}, "hi"},
+		{"no echo", []string{"hello"}, "hello"},
+		{"prefix only", []string{"cordon-x"}, "cordon-x"},
+		{"echo and output together", []string{echo + "out"}, "out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			d := &dropEcho{w: &b, echo: []byte(echo)}
+			for _, w := range tc.writes {
+				if _, err := d.Write([]byte(w)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if b.String() != tc.want {
+				t.Fatalf("got %q, want %q", b.String(), tc.want)
+			}
+		})
+	}
+}

@@ -154,7 +154,12 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	if opts.Streams.Stdin != nil {
 		stdin = io.MultiReader(stdin, opts.Streams.Stdin)
 	}
-	so := streamOptions{Stdin: stdin, Stdout: opts.Streams.Stdout, TTY: opts.Streams.TTY, Resize: opts.Streams.Resize}
+	stdout := opts.Streams.Stdout
+	if opts.Streams.TTY && stdout != nil {
+		// The hello may reach the terminal before the wrapper has turned its echo off.
+		stdout = &dropEcho{w: stdout, echo: []byte(strings.TrimSuffix(kubepod.AttachHello, "\n") + "\r\n")}
+	}
+	so := streamOptions{Stdin: stdin, Stdout: stdout, TTY: opts.Streams.TTY, Resize: opts.Streams.Resize}
 	if !opts.Streams.TTY {
 		so.Stderr = opts.Streams.Stderr
 	}
@@ -329,4 +334,39 @@ func (c *Client) waitingFor(ctx context.Context, name string) string {
 		}
 	}
 	return ""
+}
+
+// dropEcho passes the terminal's output on, less the echo of the attach hello if the output starts
+// with it.
+type dropEcho struct {
+	w     io.Writer
+	echo  []byte
+	held  []byte
+	ready bool
+}
+
+func (d *dropEcho) Write(p []byte) (int, error) {
+	if d.ready {
+		return d.w.Write(p)
+	}
+	d.held = append(d.held, p...)
+	n := min(len(d.held), len(d.echo))
+	if !bytes.Equal(d.held[:n], d.echo[:n]) {
+		d.ready = true
+		_, err := d.w.Write(d.held)
+		d.held = nil
+		return len(p), err
+	}
+	if len(d.held) < len(d.echo) {
+		return len(p), nil
+	}
+	d.ready = true
+	rest := d.held[len(d.echo):]
+	d.held = nil
+	if len(rest) > 0 {
+		if _, err := d.w.Write(rest); err != nil {
+			return len(p), err
+		}
+	}
+	return len(p), nil
 }
