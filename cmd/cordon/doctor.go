@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/cordon-sandbox/cordon"
+	"github.com/cordon-sandbox/cordon/internal/kube"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
@@ -14,8 +17,13 @@ import (
 // back on. It ends by starting a real sandbox, because a host can pass every individual check and still
 // refuse the combination. It exits 1 when `cordon run` could not work here at all.
 func (a *app) cmdDoctor(args []string) int {
-	fl := a.flags("doctor", "doctor")
-	if code, ok := a.parse(fl, "doctor", args); !ok {
+	fl := a.flags("doctor", doctorUsage)
+	backend := fl.String("backend", "native", "the `BACKEND` to check: native (this host) or kubernetes (the kubeconfig's cluster)")
+	var rf runFlags
+	fl.StringVar(&rf.kube.kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig `FILE`")
+	fl.StringVar(&rf.kube.context, "context", "", "kubernetes: the kubeconfig `CONTEXT`")
+	fl.StringVar(&rf.kube.namespace, "namespace", "", "kubernetes: the `NAMESPACE`")
+	if code, ok := a.parse(fl, doctorUsage, args); !ok {
 		return code
 	}
 	fatal := false
@@ -24,6 +32,19 @@ func (a *app) cmdDoctor(args []string) int {
 		if state == "FAIL" {
 			fatal = true
 		}
+	}
+	switch *backend {
+	case "native":
+	case "kubernetes":
+		a.doctorKube(line, rf.kube)
+		if fatal {
+			fmt.Fprintln(a.stdout, "cordon run --backend kubernetes cannot work with this cluster: see the FAIL lines above")
+			return 1
+		}
+		return 0
+	default:
+		a.errorf("doctor: --backend %q: expected native or kubernetes", *backend)
+		return exitUsage
 	}
 
 	a.doctorHost(line)
@@ -55,6 +76,49 @@ func (a *app) cmdDoctor(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+const doctorUsage = "doctor [--backend native|kubernetes] [--context CTX] [--namespace NS]"
+
+// doctorKube reports what the kubeconfig's cluster offers the kubernetes backend: the API server,
+// the namespace, the RuntimeClasses (gVisor's where there is one), and agent-sandbox's CRDs.
+func (a *app) doctorKube(line func(state, what, detail string), k kubeFlags) {
+	c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.kubeconfig, Context: k.context, Namespace: k.namespace})
+	if err != nil {
+		line("FAIL", "kubeconfig", err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	v, err := c.Version(ctx)
+	if err != nil {
+		line("FAIL", "api server", c.Server()+": "+err.Error())
+		return
+	}
+	line("ok", "api server", fmt.Sprintf("%s, Kubernetes %s (context %q, namespace %s)", c.Server(), v, c.Context, c.Namespace))
+	if major, minor, ok := kube.MinorVersion(v); ok && (major < 1 || major == 1 && minor < 30) {
+		line("FAIL", "native sidecars", v+" is too old: the pod's gateway is a native sidecar (1.29) and attach speaks v5.channel.k8s.io (1.30)")
+	}
+	rcs, err := c.RuntimeClasses(ctx)
+	switch {
+	case err != nil:
+		line("warn", "runtime classes", err.Error())
+	case len(rcs) == 0:
+		line("info", "runtime classes", "none: pods run on the nodes' default runtime (the kernel is the node's); a RuntimeClass for runsc gives the gVisor tier")
+	default:
+		gv := ""
+		for _, r := range rcs {
+			if strings.Contains(r, "runsc") {
+				gv = "; --runtime-class " + strings.Fields(r)[0] + " is gVisor's"
+			}
+		}
+		line("ok", "runtime classes", strings.Join(rcs, ", ")+gv)
+	}
+	if ok, err := c.HasAPI(ctx, "extensions.agents.x-k8s.io/v1alpha1"); err == nil && ok {
+		line("ok", "agent-sandbox", "SandboxTemplate is served: cordon kube render --sandbox-template makes one")
+	} else {
+		line("info", "agent-sandbox", "not installed (optional: warm pools and claims of cordon's pods)")
+	}
 }
 
 // doctorGVisor reports whether this host can run the gVisor tier, and why not: cordon must be

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"math"
 	"os/signal"
@@ -14,36 +13,10 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
 
-// This file is the part of `cordon kube` that runs inside a run's pod (internal/kube/inpod): the
-// setup step, the gateway sidecar and its startup probe. cordon renders the pod with these
-// subcommands (kubepod.SetupArgs, GatewayArgs, ReadyArgs); nobody types them.
-
-const kubeUsage = "kube SUBCOMMAND [flags]"
-
-// kubeInPodHelp is the line `cordon kube --help` gives the subcommands of this file.
-func kubeInPodHelp() string {
-	return fmt.Sprintf("%s, %s and %s run inside a run's pod, where cordon starts them; they are not for use by hand.",
-		kubepod.SetupArgs[1], kubepod.GatewayArgs[1], kubepod.ReadyArgs[1])
-}
-
-// cmdKube is `cordon kube`. It knows only the subcommands that run inside a pod (kubeInPod); the
-// Kubernetes backend's own subcommands are dispatched beside them.
-func (a *app) cmdKube(args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		a.help(a.stdout, a.flags("kube", kubeUsage), kubeUsage)
-		fmt.Fprintf(a.stdout, "\n%s\n", kubeInPodHelp())
-		return 0
-	}
-	if len(args) == 0 {
-		a.errorf("kube: expected a subcommand (see cordon kube --help)")
-		return exitUsage
-	}
-	if code, ok := a.kubeInPod(args[0], args[1:]); ok {
-		return code
-	}
-	a.errorf("kube: unknown kube subcommand %q (see cordon kube --help)", args[0])
-	return exitUsage
-}
+// This file is the part of `cordon kube` (kube.go) that runs inside a run's pod before and beside the
+// agent (internal/kube/inpod): the setup step, the gateway sidecar and its startup probe. cordon
+// renders the pod with these subcommands (kubepod.SetupArgs, GatewayArgs, ReadyArgs); nobody types
+// them.
 
 // kubeInPod runs the in-pod subcommand name with args; handled is false when name is none of them.
 func (a *app) kubeInPod(name string, args []string) (code int, handled bool) {

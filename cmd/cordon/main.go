@@ -61,9 +61,9 @@ func commands() []command {
 		{"gc", gcUsage, "remove applied, discarded and unchanged runs", (*app).cmdGC},
 		{"verify", "verify [--policy FILE] [--json]", "start a real sandbox with the policy and attack it from inside: a scorecard", (*app).cmdVerify},
 		{"probe", "probe [--json] [--only PREFIXES] [--timeout D] [--canaries JSON]", "run the escape probes here, inside any sandbox: a scorecard", (*app).cmdProbe},
-		{"doctor", "doctor", "say what this host supports, one line each", (*app).cmdDoctor},
-		{"kube", kubeUsage, "cordon on a Kubernetes cluster (setup, gateway and ready run inside a run's pod)", (*app).cmdKube},
+		{"doctor", doctorUsage, "say what this host (or, with --backend kubernetes, the cluster) supports, one line each", (*app).cmdDoctor},
 		{"policy", "policy check|suggest|import ...", "check a policy as run would, suggest the change a run's refusals call for, import one from another sandbox", (*app).cmdPolicy},
+		{"kube", kubeUsage, "print the Kubernetes objects of a run on the kubernetes backend (cordon run --backend kubernetes)", (*app).cmdKube},
 		{"version", "version", "print cordon's version", (*app).cmdVersion},
 	}
 }

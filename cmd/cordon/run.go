@@ -64,6 +64,19 @@ func (a *app) cmdRun(args []string) int {
 		}
 	}()
 	rf.keepServices = *keepServices
+	if rf.backend == "kubernetes" {
+		close(starting)
+		<-watched
+		if len(early) > 0 {
+			a.errorf("run: interrupted before the run started")
+			return exitInterrupted
+		}
+		return a.runKube(ctx, *policyFlag, *wsFlag, *keep, &rf, argv, sigs)
+	}
+	if len(rf.kube.set) > 0 {
+		a.errorf("run: %s needs --backend kubernetes", rf.kube.set[0])
+		return exitCordon
+	}
 	run, code, ok := a.startRun(ctx, *policyFlag, *wsFlag, *keep, &rf, argv)
 	close(starting)
 	<-watched

@@ -37,7 +37,13 @@ type runFlags struct {
 	isolation string
 	// keepServices is --keep-services (a cmdRun flag, carried here to the start).
 	keepServices bool
-	bad          error // the first bad value
+	// allowRaw are the --allow values as given, for a gateway that parses the policy again (the
+	// kubernetes backend's, in the pod).
+	allowRaw []string
+	// backend is --backend ("" or native: this machine; kubernetes: a pod); kube its flags.
+	backend string
+	kube    kubeFlags
+	bad     error // the first bad value
 }
 
 // volume is one --volume: a host path, where it appears inside ("" for its own path), and whether
@@ -53,6 +59,7 @@ func (r *runFlags) register(fl *flag.FlagSet) {
 		ep, err := parseAllow(v)
 		if err == nil {
 			r.allow = append(r.allow, ep)
+			r.allowRaw = append(r.allowRaw, v)
 		}
 		return err
 	})
@@ -130,6 +137,14 @@ func (r *runFlags) register(fl *flag.FlagSet) {
 		r.isolation = v
 		return nil
 	})
+	r.add(fl, []string{"backend"}, "run on `BACKEND`: native (this machine, the default) or kubernetes (a pod of the cluster the kubeconfig names, cloning --repo at --ref)", func(v string) error {
+		if v != "native" && v != "kubernetes" {
+			return fmt.Errorf("%q is not a backend (expected native or kubernetes)", v)
+		}
+		r.backend = v
+		return nil
+	})
+	r.kube.register(r, fl)
 	r.add(fl, []string{"name"}, "call the run `NAME` (shown by cordon runs)", func(v string) error {
 		r.name = v
 		return cordon.CheckName(v)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -251,6 +252,15 @@ func (a *app) cmdGC(args []string) int {
 		return exitUsage
 	}
 	if err := cordon.SweepServices(a.env); err != nil {
+		a.errorf("gc: %v", err)
+	}
+	// Kubernetes runs whose cordon was interrupted: their pods and Secrets go first, whatever
+	// happens to their local records below.
+	cleaned, err := a.store().CleanKube(context.Background())
+	for _, id := range cleaned {
+		fmt.Fprintf(a.stdout, "deleted the pod and Secret of %s from its cluster\n", id)
+	}
+	if err != nil {
 		a.errorf("gc: %v", err)
 	}
 	opts := cordon.GCOptions{Unapplied: *unapplied}

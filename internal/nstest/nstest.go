@@ -115,15 +115,6 @@ func (n *NS) Do(fn func() error) error {
 	})
 }
 
-// Sysctl writes /proc/sys/net/NAME (slashes or dots) inside the namespace.
-func (n *NS) Sysctl(t testing.TB, name, value string) {
-	t.Helper()
-	path := "/proc/sys/net/" + strings.ReplaceAll(name, ".", "/")
-	if err := n.Do(func() error { return os.WriteFile(path, []byte(value), 0) }); err != nil {
-		t.Fatalf("nstest: sysctl %s=%s: %v", name, value, err)
-	}
-}
-
 // Link is one end of a veth pair: its name and addresses (with their prefixes) in its namespace.
 type Link struct {
 	Name  string

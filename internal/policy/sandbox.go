@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"strings"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -21,6 +23,22 @@ type Sandbox struct {
 	Isolation string
 	// Runsc is the runsc binary for the gvisor tier; empty means PATH.
 	Runsc string
+	// Kubernetes is how the run's pod looks on the kubernetes backend (cordon run --backend
+	// kubernetes); nil means the flags alone say it.
+	Kubernetes *Kubernetes
+}
+
+// Kubernetes holds the pod settings of the kubernetes backend. A flag of cordon run overrides each.
+type Kubernetes struct {
+	// Context and Namespace pick the cluster (a kubeconfig context) and the namespace of the run's
+	// pod and Secret; empty means the kubeconfig's current context and its namespace.
+	Context, Namespace string
+	// Image is the agent's image (it needs git); CordonImage is the image with cordon's static
+	// binary at /cordon, which runs the pod's setup, gateway and keeper.
+	Image, CordonImage string
+	// RuntimeClass is the agent pod's runtimeClassName (gVisor's where the cluster has it); empty
+	// means the cluster's default runtime.
+	RuntimeClass string
 }
 
 // The isolation tiers a policy may name.
@@ -57,6 +75,10 @@ func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
 			s.Isolation = i
 			return nil
 		}},
+		field{"kubernetes", func(v *yaml.Node, p string) (err error) {
+			s.Kubernetes, err = d.kubernetes(v, p)
+			return err
+		}},
 		field{"runsc", func(v *yaml.Node, p string) (err error) {
 			s.Runsc, err = d.path(v, p)
 			return err
@@ -74,3 +96,74 @@ func (d *decoder) sandbox(n *yaml.Node, path string, s *Sandbox) error {
 	)
 	return err
 }
+
+func (d *decoder) kubernetes(n *yaml.Node, path string) (*Kubernetes, error) {
+	k := &Kubernetes{}
+	name := func(dst *string, check func(string) bool, want string) func(*yaml.Node, string) error {
+		return func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			if !check(s) {
+				return d.errf(v, p, "%q is not %s", s, want)
+			}
+			*dst = s
+			return nil
+		}
+	}
+	_, err := d.mapping(n, path,
+		field{"context", name(&k.Context, func(s string) bool { return s != "" }, "a kubeconfig context")},
+		field{"cordonImage", name(&k.CordonImage, validImage, "an image reference")},
+		field{"image", name(&k.Image, validImage, "an image reference")},
+		field{"namespace", name(&k.Namespace, validDNSLabel, "a namespace name (lower-case letters, digits and -, at most 63)")},
+		field{"runtimeClass", name(&k.RuntimeClass, validDNSSubdomain, "a RuntimeClass name (lower-case letters, digits, - and dots)")},
+	)
+	return k, err
+}
+
+// validImage accepts what a container runtime could pull: no spaces or control characters, and
+// not empty. The cluster says the rest.
+func validImage(s string) bool {
+	if s == "" || len(s) > 4096 {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validDNSLabel is Kubernetes' RFC 1123 label: a namespace's name.
+func validDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validDNSSubdomain is Kubernetes' RFC 1123 subdomain: dot-separated labels, at most 253.
+func validDNSSubdomain(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !validDNSLabel(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidDNSLabel reports whether s can name a namespace (for the --namespace flag).
+func ValidDNSLabel(s string) bool { return validDNSLabel(s) }
+
+// ValidImage reports whether s can be an image reference (for the --image flags).
+func ValidImage(s string) bool { return validImage(s) }

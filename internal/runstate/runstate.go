@@ -74,6 +74,18 @@ type Meta struct {
 	// Policy names the policy the run was started with; nil in the record of a run from a cordon
 	// that did not record it.
 	Policy *PolicyRef `json:"policy,omitempty"`
+	// Kube names the cluster and namespace of a run on the kubernetes backend, so that cordon gc
+	// can delete what an interrupted run left there; nil for a local run.
+	Kube *KubeRef `json:"kube,omitempty"`
+}
+
+// KubeRef is where a kubernetes run's pod and Secret live.
+type KubeRef struct {
+	Context   string `json:"context,omitempty"`
+	Namespace string `json:"namespace"`
+	Server    string `json:"server,omitempty"`
+	// Cleaned says the run's objects were deleted from the cluster.
+	Cleaned bool `json:"cleaned,omitempty"`
 }
 
 // PolicyRef names the policy file a run used and the exact bytes it read, so that what the run was

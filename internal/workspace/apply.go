@@ -133,8 +133,11 @@ func Apply(run *runstate.Run, opts ApplyOptions) (*ApplyReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cf := conflicts(info, cs); len(cf) > 0 {
-		return nil, &ConflictError{Conflicts: cf}
+	// A patch run's changes were checked against the project by blob id as they were materialised.
+	if info.Mode != ModePatch {
+		if cf := conflicts(info, cs); len(cf) > 0 {
+			return nil, &ConflictError{Conflicts: cf}
+		}
 	}
 	risks, err := guard(info.Project, cs)
 	if err != nil {

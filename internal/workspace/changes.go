@@ -52,16 +52,29 @@ type Change struct {
 
 // Changes lists what the agent changed, sorted by path with a deletion before an addition at the
 // same path (and so every directory before its contents). Deleted directories are listed with
-// everything below them.
+// everything below them. For a patch run it lists the patch's files as the patch names them,
+// without reading the project (so it works wherever the run's record is).
 func Changes(run *runstate.Run) ([]Change, error) {
 	info, err := LoadInfo(run)
 	if err != nil {
 		return nil, err
 	}
+	if info.Mode == ModePatch {
+		es, err := loadPatch(run, info)
+		if err != nil {
+			return nil, err
+		}
+		return patchList(es), nil
+	}
 	return changesFor(run, info)
 }
 
+// changesFor is the changes with their sources, for Guard, Apply and Export. A patch run's are
+// materialised from its patch against the project, or a *ConflictError says where they cannot be.
 func changesFor(run *runstate.Run, info *Info) ([]Change, error) {
+	if info.Mode == ModePatch {
+		return patchChanges(run, info)
+	}
 	release, err := attachDisk(run, info)
 	if err != nil {
 		return nil, err

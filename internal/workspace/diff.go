@@ -24,10 +24,16 @@ import (
 // come from the host's `git diff --no-index`, the diff users already read every day. git is run
 // with no system or global config, no external diff and no textconv, outside any repository, so
 // nothing the user or the agent configured runs on the agent's files.
+//
+// A patch run's diff is its patch as git wrote it, and its stat is summarised from the patch; neither
+// needs the project.
 func Diff(w io.Writer, run *runstate.Run, stat bool) error {
 	info, err := LoadInfo(run)
 	if err != nil {
 		return err
+	}
+	if info.Mode == ModePatch {
+		return patchDiff(w, run, info, stat)
 	}
 	release, err := attachDisk(run, info)
 	if err != nil {

@@ -154,7 +154,9 @@ var builtinDiff = map[string]bool{"ada": true, "bash": true, "bibtex": true, "cp
 	"kotlin": true, "markdown": true, "matlab": true, "objc": true, "pascal": true, "perl": true, "php": true,
 	"python": true, "ruby": true, "rust": true, "scheme": true, "tex": true}
 
-// Guard lists the run's changes that would run code on the host later, with a reason each.
+// Guard lists the run's changes that would run code on the host later, with a reason each. A patch
+// run's changes are judged as they would be applied, so the project must be at the run's base (a
+// *ConflictError says where it is not).
 func Guard(run *runstate.Run) ([]Risk, error) {
 	info, err := LoadInfo(run)
 	if err != nil {

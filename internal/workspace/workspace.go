@@ -9,6 +9,11 @@
 //
 // Everything after Prepare costs in proportion to what the agent changed, never to the size of the
 // project: the upper layer is the record of the run.
+//
+// A run whose agent worked elsewhere (a pod, on a clone of the repository) is recorded by
+// PreparePatch instead: its record is the git patch of its changes (patch.go), which Changes and
+// Diff read alone and which Guard, Apply and Export first materialise against the project, each
+// file's old side checked by blob id (patchmat.go), so that they run unchanged on it.
 package workspace
 
 import (
@@ -53,6 +58,12 @@ type Info struct {
 	Note string `json:"note,omitempty"`
 	// DiskBytes is the enforced cap on what the run can write, 0 for none.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+
+	// Repo, Ref and BaseCommit are a patch run's (ModePatch): the repository the agent's clone was
+	// made from, the ref it was asked for, and the full id of the commit changes.patch is against.
+	Repo       string `json:"repo,omitempty"`
+	Ref        string `json:"ref,omitempty"`
+	BaseCommit string `json:"base_commit,omitempty"`
 }
 
 // PrepareOptions adjusts Prepare.
@@ -288,7 +299,13 @@ func LoadInfo(run *runstate.Run) (*Info, error) {
 	if err := json.Unmarshal(b, &info); err != nil {
 		return nil, fmt.Errorf("workspace: run %s: %s: %w", run.Meta.ID, infoFile, err)
 	}
-	if info.Mode != ModeOverlay && info.Mode != ModeCopy {
+	switch info.Mode {
+	case ModeOverlay, ModeCopy:
+	case ModePatch:
+		if !fullOID(info.BaseCommit) {
+			return nil, fmt.Errorf("workspace: patch run %s: base commit %q is not a full commit id", run.Meta.ID, info.BaseCommit)
+		}
+	default:
 		return nil, fmt.Errorf("workspace: run %s: unknown workspace mode %q", run.Meta.ID, info.Mode)
 	}
 	if !filepath.IsAbs(info.Project) {
@@ -320,7 +337,7 @@ func Discard(run *runstate.Run) error {
 		if err := Release(run); err != nil {
 			return err
 		}
-		for _, d := range []string{upperDir, workDir, diskMount, diskImage} {
+		for _, d := range []string{upperDir, workDir, diskMount, diskImage, patchFile} {
 			if err := runstate.RemoveAll(filepath.Join(run.Dir, d)); err != nil {
 				return fmt.Errorf("workspace: discard run %s: %w", m.ID, err)
 			}

@@ -1,4 +1,6 @@
-// Package inpod is what cordon's binary does inside a Kubernetes run's pod before and beside the
+package inpod
+
+// This file is what cordon's binary does inside a Kubernetes run's pod before and beside the
 // agent (internal/kube/kubepod names the pod's layout): Setup, the init step that copies the binary
 // for the other images' containers and installs the redirect that sends every uid but the gateway's
 // to the gateway; Gateway, the sidecar that holds the run's credentials and serves the pod's
@@ -10,7 +12,6 @@
 // pod whose connections reach only the gateway's closed ports; the gateway refuses a config of
 // another version and a policy it cannot enforce in a pod (budgets, fixture services, presets, which
 // need the machine the run was started on), and writes its ready file only once it serves.
-package inpod
 
 import (
 	"bytes"
@@ -66,7 +67,7 @@ func Setup(ctx context.Context, opts SetupOptions) error {
 	if err := atomicfile.WriteFrom(opts.CopyTo, f, 0o555); err != nil {
 		return fmt.Errorf("setup: copying cordon's binary: %w", err)
 	}
-	if err := installPod(gateway.Ports(), opts.GatewayUID); err != nil {
+	if err := installPod(kubepod.Ports(), opts.GatewayUID); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
 	return nil
@@ -106,7 +107,7 @@ type GatewayOptions struct {
 
 // Gateway runs the pod's gateway until ctx ends (the caller cancels it on SIGTERM or SIGINT):
 // it reads and checks the config, builds the gateway as a local run does (the policy parsed again,
-// --allow appended, the credentials restored), serves the pod's loopback at gateway.Ports(), writes
+// --allow appended, the credentials restored), serves the pod's loopback at kubepod.Ports(), writes
 // the trust files and then the ready file. A nil error means it was told to stop and closed cleanly
 // (the audit log flushed); a gateway that stops serving on its own returns an error, so that the
 // container exits non-zero while the rules keep the pod shut.
@@ -133,7 +134,7 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 	if listen == nil {
 		listen = listenHere
 	}
-	ls, err := listen(gateway.Ports())
+	ls, err := listen(kubepod.Ports())
 	if err != nil {
 		_, _ = gw.Close()
 		return fmt.Errorf("gateway: %w", err)
@@ -150,7 +151,7 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 		_, _ = gw.Close()
 		return fmt.Errorf("gateway: %w", err)
 	}
-	log.Info("the gateway serves", "run", cfg.RunID, "ports", gateway.Ports())
+	log.Info("the gateway serves", "run", cfg.RunID, "ports", kubepod.Ports())
 
 	select {
 	case <-ctx.Done():

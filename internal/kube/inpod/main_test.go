@@ -21,7 +21,14 @@ import (
 //   - gateway CONFIG TRUST-DIR AUDIT-DIR: Gateway until SIGTERM or SIGINT, as the gateway's uid.
 const envMode = "CORDON_INPOD_TEST"
 
+// TestMain lets the test binary be the agent's wrapper in a pid namespace of its own (see
+// agentChild): the wrapper kills every process it can signal, which outside such a namespace would be
+// every process of the machine the tests run as. It also lets it be a command inside a test pod
+// (nstest.Main) and the pod's setup step or gateway there (envMode).
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(agentChildMain())
+	}
 	nstest.Main()
 	switch os.Getenv(envMode) {
 	case "":

@@ -88,8 +88,6 @@ func newTestPod(t *testing.T) *testPod {
 	nstest.Veth(t,
 		p.pod, nstest.Link{Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(podAddr, 24)}, Gateways: []netip.Addr{outAddr}},
 		p.out, nstest.Link{Name: "node0", Addrs: []netip.Prefix{netip.PrefixFrom(outAddr, 24), netip.PrefixFrom(upAddr, 32)}})
-	// The gateway's uid binds the DNS port, as the pod's sysctl lets it.
-	p.pod.Sysctl(t, "ipv4.ip_unprivileged_port_start", "0")
 	p.serveOutside(t)
 
 	// Directories as the pod mounts them: the trust and audit directories the gateway's, the

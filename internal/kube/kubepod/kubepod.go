@@ -32,7 +32,14 @@ import (
 	"io"
 
 	"github.com/cordon-sandbox/cordon/internal/creds"
+	"github.com/cordon-sandbox/cordon/internal/sandbox"
 )
+
+// Ports are where the gateway listens on the pod's loopback. The redirect sends every DNS query,
+// whatever its port, to DNS, so all three are above 1024: the gateway needs no capability to bind them.
+func Ports() sandbox.EgressPorts {
+	return sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 15053}
+}
 
 // Version is the format of ConfigFile, StatusFile and Fetch's stream. The inside refuses another.
 const Version = 1
@@ -83,7 +90,7 @@ var (
 	GatewayArgs = []string{"kube", "gateway"} // + --config SecretDir/ConfigFile
 	ReadyArgs   = []string{"kube", "ready"}   // exit 0 once TrustDir/ReadyFile exists (the startup probe)
 	CloneArgs   = []string{"kube", "clone"}   // + --repo URL --ref REF --dir Checkout
-	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout --base COMMIT -- CMD...
+	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout [--base COMMIT] -- CMD... (no --base: the checkout's detached HEAD)
 	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
 	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
 )
@@ -200,53 +207,9 @@ const ChunkBytes = 48 << 10
 
 // ReadBundle reads a Bundle from r, writing the patch to patch and the audit log to audit, and
 // returns the header. A stream that is cut, out of order, over the limits, or of another version is
-// an error.
+// an error. It is ReadBundleWith at MaxPatchBytes and MaxAuditBytes.
 func ReadBundle(r io.Reader, patch, audit io.Writer) (*BundleHeader, *BundleEnd, error) {
-	dec := json.NewDecoder(r)
-	var hdr *BundleHeader
-	var np, na int64
-	for {
-		var b Bundle
-		if err := dec.Decode(&b); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, nil, errors.New("kubepod: the pod's bundle ended before its end record")
-			}
-			return nil, nil, fmt.Errorf("kubepod: reading the pod's bundle: %w", err)
-		}
-		switch {
-		case b.Header != nil:
-			if hdr != nil {
-				return nil, nil, errors.New("kubepod: bundle has two headers")
-			}
-			if b.Header.Version != Version {
-				return nil, nil, fmt.Errorf("kubepod: bundle version %d, this cordon reads %d", b.Header.Version, Version)
-			}
-			hdr = b.Header
-		case hdr == nil:
-			return nil, nil, errors.New("kubepod: bundle does not start with a header")
-		case b.End != nil:
-			if b.End.PatchBytes != np || b.End.AuditBytes != na {
-				return nil, nil, fmt.Errorf("kubepod: bundle cut short: %d/%d patch bytes, %d/%d audit bytes", np, b.End.PatchBytes, na, b.End.AuditBytes)
-			}
-			return hdr, b.End, nil
-		case b.Part == PartPatch:
-			if np += int64(len(b.Data)); np > MaxPatchBytes {
-				return nil, nil, fmt.Errorf("kubepod: the run's changes are over %d MiB", MaxPatchBytes>>20)
-			}
-			if _, err := patch.Write(b.Data); err != nil {
-				return nil, nil, err
-			}
-		case b.Part == PartAudit:
-			if na += int64(len(b.Data)); na > MaxAuditBytes {
-				return nil, nil, fmt.Errorf("kubepod: the run's audit log is over %d MiB", MaxAuditBytes>>20)
-			}
-			if _, err := audit.Write(b.Data); err != nil {
-				return nil, nil, err
-			}
-		default:
-			return nil, nil, fmt.Errorf("kubepod: bundle record of unknown part %q", b.Part)
-		}
-	}
+	return ReadBundleWith(r, patch, audit, Limits{PatchBytes: MaxPatchBytes, AuditBytes: MaxAuditBytes})
 }
 
 // WriteBundle writes a Bundle of the given files' contents to w (the Fetch side).

@@ -1,0 +1,445 @@
+//go:build linux
+
+package kubee2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cordon-sandbox/cordon/internal/kubetest"
+	"github.com/cordon-sandbox/cordon/internal/testpki"
+)
+
+// env is what every test shares: the cluster, cordon's binary, the images and the upstreams.
+type env struct {
+	cluster            *kubetest.Cluster
+	cordon             string // the binary, as the user runs it
+	cordonImage, image string
+	ca                 *testpki.CA
+	gitRoot            string // the bare repositories the git upstream serves
+	gitPort            int    // the git upstream (HTTPS, git http-backend) on every host address
+	seen               *seenHeaders
+	state              string // cordon's state directory
+	kubeconfig         string
+}
+
+// seenHeaders records the Authorization headers the upstream received.
+type seenHeaders struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *seenHeaders) add(h string) { s.mu.Lock(); s.got = append(s.got, h); s.mu.Unlock() }
+func (s *seenHeaders) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...)
+}
+
+var (
+	once   sync.Once
+	shared *env
+)
+
+func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
+
+// setup starts what the tests share, once.
+func setup(t *testing.T) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the test cluster's kubelet and containerd need root")
+	}
+	once.Do(func() { shared = build(t) })
+	if shared == nil {
+		t.Fatal("the shared test bed failed to start (see the first test's log)")
+	}
+	return shared
+}
+
+func build(t *testing.T) *env {
+	e := &env{seen: &seenHeaders{}}
+	e.cluster = kubetest.Start(t)
+	e.kubeconfig = e.cluster.Kubeconfig
+	dir, err := os.MkdirTemp("", "cordon-kubee2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cordon = filepath.Join(dir, "cordon")
+	b := exec.Command("go", "build", "-o", e.cordon, "github.com/cordon-sandbox/cordon/cmd/cordon")
+	b.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := b.CombinedOutput(); err != nil {
+		t.Fatalf("building cordon: %v\n%s", err, out)
+	}
+	e.cordonImage = kubetest.CordonImage(t, e.cluster, e.cordon)
+	e.image = kubetest.AgentImage(t, e.cluster)
+	e.state = filepath.Join(dir, "state")
+
+	e.ca = testpki.NewCA(t, "kubee2e")
+	e.gitRoot = filepath.Join(dir, "git")
+	seed := exec.Command("sh", "-ec", `mkdir -p acme && git init -q --bare -b main acme/app.git
+git init -q -b main seed && cd seed && echo hello > README && printf 'a\nb\nc\n' > list.txt && git add . && git commit -qm seed && git push -q ../acme/app.git main`)
+	if err := os.MkdirAll(e.gitRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seed.Dir, seed.Env = e.gitRoot, append(os.Environ(), gitEnv...)
+	if out, err := seed.CombinedOutput(); err != nil {
+		t.Fatalf("seeding the repository: %v\n%s", err, out)
+	}
+	execPath, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
+		Env: []string{"GIT_PROJECT_ROOT=" + e.gitRoot, "GIT_HTTP_EXPORT_ALL=1"}}
+	mux := http.NewServeMux()
+	mux.Handle("/acme/", backend)
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		e.seen.add(r.Header.Get("Authorization"))
+		fmt.Fprintf(w, "echo: %s\n", r.Header.Get("Authorization"))
+	})
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gitPort = ln.Addr().(*net.TCPAddr).Port
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "git.test", "denied.test")}}}
+	go srv.ServeTLS(ln, "", "")
+	return e
+}
+
+var gitEnv = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
+
+// policy writes a policy file (outside any workspace) allowing git.test at the upstream's port.
+func (e *env) policy(t *testing.T, extra string) string {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, e.ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	body := fmt.Sprintf(`version: 1
+network:
+  allow:
+    - {host: git.test, ports: [%d]}
+  hosts: {git.test: %s, denied.test: %s}
+  tls: {caFile: %s}
+%s`, e.gitPort, e.cluster.HostIP, e.cluster.HostIP, ca, extra)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) repo() string { return fmt.Sprintf("https://git.test:%d/acme/app.git", e.gitPort) }
+
+// cordonCmd is cordon's binary with the test's state and kubeconfig, in dir.
+func (e *env) cordonCmd(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(e.cordon, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+e.state, "KUBECONFIG="+e.kubeconfig)
+	return cmd
+}
+
+// run runs an agent command on the cluster and returns cordon's exit code, stdout and stderr.
+func (e *env) run(t *testing.T, dir, pol, ns string, extra []string, agent ...string) (int, string, string) {
+	t.Helper()
+	args := append([]string{"run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--ref", "main"}, extra...)
+	args = append(append(args, "--"), agent...)
+	cmd := e.cordonCmd(dir, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// runID is the run id the end of a run names ("cordon diff ID").
+func runID(t *testing.T, stderr string) string {
+	t.Helper()
+	for _, f := range strings.Fields(stderr) {
+		if len(f) == 24 && strings.Count(f, "-") == 2 && f[8] == '-' {
+			return f
+		}
+	}
+	t.Fatalf("no run id in:\n%s", stderr)
+	return ""
+}
+
+// localClone is the user's checkout of the repository at main.
+func (e *env) localClone(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "app")
+	c := exec.Command("git", "clone", "-q", filepath.Join(e.gitRoot, "acme/app.git"), dir)
+	c.Env = append(os.Environ(), gitEnv...)
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// TestKubeRunClonesEditsAndApplies: the pod clones the repository through the gateway, the agent
+// edits it, and the run's changes come back into a local run that cordon diff shows and cordon
+// apply carries into the user's checkout.
+func TestKubeRunClonesEditsAndApplies(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	code, out, stderr := e.run(t, local, pol, ns, nil, "sh", "-c",
+		`set -e; echo world >> README; rm list.txt; printf 'new\n' > new.txt; head -c 64 /dev/urandom > blob.bin; echo agent-says-hi`)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "agent-says-hi") {
+		t.Errorf("the agent's output did not reach cordon's stdout:\n%s", out)
+	}
+	id := runID(t, stderr)
+	diff, err := e.cordonCmd(local, "diff", id).CombinedOutput()
+	if err != nil || !strings.Contains(string(diff), "+world") || !strings.Contains(string(diff), "new.txt") {
+		t.Fatalf("cordon diff: %v\n%s", err, diff)
+	}
+	if out, err := e.cordonCmd(local, "apply", id).CombinedOutput(); err != nil {
+		t.Fatalf("cordon apply: %v\n%s", err, out)
+	}
+	readme, _ := os.ReadFile(filepath.Join(local, "README"))
+	if string(readme) != "hello\nworld\n" {
+		t.Errorf("README after apply: %q", readme)
+	}
+	if _, err := os.Stat(filepath.Join(local, "list.txt")); !os.IsNotExist(err) {
+		t.Errorf("list.txt was not deleted: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(local, "blob.bin")); len(b) != 64 {
+		t.Errorf("blob.bin has %d bytes", len(b))
+	}
+	e.noLeftovers(t, ns, id)
+}
+
+// TestKubeDeniedAndUnreachable: a host the policy does not allow is refused and the refusal is in
+// the local audit log; the API server, the kubelet, the metadata address and another pod are
+// refused when dialled directly; UDP and DNS to an outside resolver do not leave.
+func TestKubeDeniedAndUnreachable(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	other := e.otherPodIP(t, ns)
+	// The controls: each address the agent must not reach answers when asked from outside the pod,
+	// so a refusal inside is the boundary's and not a dead address.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, u := range []string{"http://" + other + ":8080/", "https://" + e.cluster.APIServer + "/version"} {
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatalf("control: %s does not answer from the host: %v", u, err)
+		}
+		resp.Body.Close()
+	}
+	apiHost, apiPort, _ := net.SplitHostPort(e.cluster.APIServer)
+	script := fmt.Sprintf(`
+try() { if curl -sS -m 5 -k -o /dev/null "$1" 2>/dev/null; then echo "REACHED $1"; else echo "refused $1"; fi; }
+try https://denied.test:%d/echo
+try https://%s:%s/version
+try https://%s:10250/pods
+try http://169.254.169.254/latest/meta-data/
+try http://%s:8080/
+if nslookup -timeout=2 example.invalid 8.8.8.8 >/dev/null 2>&1; then echo "REACHED dns"; else echo "refused dns"; fi
+echo done`, e.gitPort, apiHost, apiPort, e.cluster.NodeIP, other)
+	code, out, stderr := e.run(t, local, pol, ns, []string{"--keep"}, "sh", "-c", script)
+	if code != 0 || !strings.Contains(out, "done") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if strings.Contains(out, "REACHED") {
+		t.Errorf("the agent reached what it must not:\n%s", out)
+	}
+	if !strings.Contains(stderr, "denied.test") {
+		t.Errorf("no refusal line for denied.test on cordon's stderr:\n%s", stderr)
+	}
+	id := runID(t, stderr)
+	log, err := e.cordonCmd(local, "log", id).CombinedOutput()
+	if err != nil || !strings.Contains(string(log), "denied.test") {
+		t.Fatalf("cordon log has no refusal of denied.test: %v\n%s", err, log)
+	}
+	e.noLeftovers(t, ns, id)
+}
+
+// TestKubeCredentialStaysInGateway: the upstream receives the real credential; the agent's
+// environment, its files and everything it can read under /run/cordon hold only the placeholder.
+func TestKubeCredentialStaysInGateway(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	const real = "real-token-5a0c1f8e9d"
+	pol := e.policy(t, `credentials:
+  - name: API_TOKEN
+    from: {env: KUBEE2E_TOKEN}
+    inject: {hosts: [git.test], header: Authorization, scheme: bearer}
+`)
+	t.Setenv("KUBEE2E_TOKEN", real)
+	script := fmt.Sprintf(`set -e
+curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" https://git.test:%d/echo
+env
+ls /run/cordon
+test ! -e /run/cordon/secret && echo no-secret-mount
+cat /proc/self/environ | tr '\0' '\n' | grep -c API_TOKEN
+grep -rl %s /run/cordon /workspace /tmp /home 2>/dev/null && echo FOUND-REAL || echo clean`, e.gitPort, real)
+	ns := e.cluster.Namespace(t)
+	code, out, stderr := e.run(t, local, pol, ns, nil, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if strings.Contains(out, real) || strings.Contains(out, "FOUND-REAL") {
+		t.Errorf("the real credential is visible inside the pod:\n%s", out)
+	}
+	if !strings.Contains(out, "no-secret-mount") || !strings.Contains(out, "clean") {
+		t.Errorf("unexpected output:\n%s", out)
+	}
+	got := e.seen.all()
+	if len(got) == 0 || got[len(got)-1] != "Bearer "+real {
+		t.Errorf("the upstream saw %q, want the real token", got)
+	}
+}
+
+// TestKubeKilledCordonIsCleanedByGC: cordon killed with SIGKILL mid-run leaves its pod and Secret;
+// cordon gc deletes them.
+func TestKubeKilledCordonIsCleanedByGC(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "sleep", "600")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cs := e.cluster.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var pod string
+	for pod == "" {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=cordon"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+				pod = p.Name
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no running pod; cordon said:\n%s", errb.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if _, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the pod went with cordon (the test expects it left): %v", err)
+	}
+	out, err := e.cordonCmd(local, "gc", "--all").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cordon gc: %v\n%s", err, out)
+	}
+	id := strings.TrimPrefix(pod, "cordon-")
+	e.noLeftovers(t, ns, id)
+}
+
+// noLeftovers waits until the run's pod and Secret are gone.
+func (e *env) noLeftovers(t *testing.T, ns, id string) {
+	t.Helper()
+	cs := e.cluster.Client(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pods, err1 := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "cordon.dev/run=" + strings.ToLower(id)})
+		secrets, err2 := cs.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "cordon.dev/run=" + strings.ToLower(id)})
+		if err1 == nil && err2 == nil && len(pods.Items) == 0 && len(secrets.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s left objects in the cluster: pods %v secrets %v (%v %v)", id, len(pods.Items), len(secrets.Items), err1, err2)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// otherPodIP starts a plain pod serving HTTP on port (another tenant's) and returns its IP.
+func (e *env) otherPodIP(t *testing.T, ns string) string {
+	t.Helper()
+	cs := e.cluster.Client(t)
+	never := corev1.PullNever
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "other-tenant"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "httpd", Image: e.image, ImagePullPolicy: never,
+			Command:         []string{"sh", "-c", "mkdir -p /tmp/www && echo other > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr(int64(1000))},
+		}}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return p.Status.PodIP
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the other pod did not start: %+v", p.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestKubeRenderAcceptedByAPIServer: what cordon kube render prints (the Secret template, the
+// NetworkPolicy, the pod) is accepted by the real API server as it is (a server-side dry run
+// validates every field).
+func TestKubeRenderAcceptedByAPIServer(t *testing.T) {
+	e := setup(t)
+	ns := e.cluster.Namespace(t)
+	pol := e.policy(t, "limits: {memory: 1GiB, cpu: 1, timeout: 10m, disk: 2GiB}\n")
+	render := e.cordonCmd(t.TempDir(), "kube", "render", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "true")
+	yaml, err := render.Output()
+	if err != nil {
+		t.Fatalf("cordon kube render: %v", err)
+	}
+	apply := exec.Command(e.cluster.Kubectl, "--kubeconfig", e.kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-")
+	apply.Stdin = bytes.NewReader(yaml)
+	out, err := apply.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the API server refused the rendered objects: %v\n%s\n---\n%s", err, out, yaml)
+	}
+	for _, want := range []string{"secret/", "networkpolicy.networking.k8s.io/", "pod/"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl created no %s:\n%s", want, out)
+		}
+	}
+}

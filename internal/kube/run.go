@@ -1,0 +1,372 @@
+package kube
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
+)
+
+// Streams are the agent's: what cordon attaches to the agent's container.
+type Streams struct {
+	Stdin          io.Reader // nil: the agent's stdin is closed after the hello
+	Stdout, Stderr io.Writer
+	// TTY attaches a terminal (the pod's container was rendered with TTY); Resize, when set, gives
+	// the terminal's size as it changes.
+	TTY    bool
+	Resize <-chan TermSize
+}
+
+// RunOptions is one run on the cluster.
+type RunOptions struct {
+	Objects *Objects
+	Streams Streams
+	// Notify receives the gateway's one-line notices (refused hosts) as they happen.
+	Notify func(line string)
+	// Patch and Audit receive the run's changes and its audit log, fetched when the agent has ended.
+	Patch, Audit io.Writer
+	// Timeout ends the agent after this long (the policy's limits.timeout); 0 for none.
+	Timeout time.Duration
+	// StartTimeout bounds the wait for the pod to start the agent (images, scheduling, the clone).
+	StartTimeout time.Duration
+	// OnCreated is called once the pod exists (the local run records it for gc).
+	OnCreated func()
+}
+
+// Result is how a run on the cluster ended.
+type Result struct {
+	// ExitCode is the agent's, as the kubelet reports it.
+	ExitCode int
+	// Reason is the kubelet's reason when the agent did not exit by itself (OOMKilled, DeadlineExceeded...).
+	Reason string
+	// Base is the commit the clone step checked out (its termination message).
+	Base   string
+	Status *kubepod.Status
+	// HasPatch says whether the pod made a patch (Status.PatchError says why not).
+	HasPatch bool
+	// TimedOut is set when the run's timeout ended it.
+	TimedOut bool
+}
+
+// StepError is a step of the pod that failed before the agent ran: which one and what it said.
+type StepError struct {
+	Step    string // the container: setup, gateway, clone; or "pod" for scheduling and images
+	Message string
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("the pod's %s step failed: %s", e.Step, e.Message)
+}
+
+// Run creates the run's objects, attaches to the agent, waits for it to end, fetches the changes
+// and the audit log, and deletes everything it made, also when ctx ends or a step fails (with a
+// context of its own, so that a cancelled run still cleans up). Nothing of the agent runs until the
+// attach is open.
+func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
+	o := opts.Objects
+	runID := o.Pod.Labels[LabelRun]
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := c.DeleteRun(dctx, runID); derr != nil {
+			err = errors.Join(err, fmt.Errorf("kube: cleaning up (cordon gc retries): %w", derr))
+		}
+	}()
+	secret, err := c.createSecret(ctx, o.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("kube: creating the run's Secret in namespace %s: %w", c.Namespace, err)
+	}
+	if o.NetworkPolicy != nil {
+		if err := c.createNetworkPolicy(ctx, o.NetworkPolicy); err != nil {
+			return nil, fmt.Errorf("kube: creating the run's NetworkPolicy: %w", err)
+		}
+	}
+	pod, err := c.createPod(ctx, o.Pod)
+	if err != nil {
+		return nil, fmt.Errorf("kube: creating the run's pod: %w", err)
+	}
+	if opts.OnCreated != nil {
+		opts.OnCreated()
+	}
+	// The Secret belongs to the pod: when the pod goes, the cluster's garbage collector takes the
+	// Secret too, even if cordon is gone by then.
+	secret.OwnerReferences = []OwnerReference{{
+		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+	}}
+	if err := c.updateSecret(ctx, secret); err != nil {
+		return nil, fmt.Errorf("kube: giving the Secret to the pod: %w", err)
+	}
+
+	var notices sync.WaitGroup
+	logCtx, stopLogs := context.WithCancel(ctx)
+	defer func() { stopLogs(); notices.Wait() }()
+
+	startCtx := ctx
+	if opts.StartTimeout > 0 {
+		var cancel context.CancelFunc
+		startCtx, cancel = context.WithTimeout(ctx, opts.StartTimeout)
+		defer cancel()
+	}
+	res = &Result{}
+	gatewayUp := false
+	err = c.watchPod(startCtx, pod.Name, func(p *Pod) (bool, error) {
+		if !gatewayUp && containerStarted(p.Status.InitContainerStatuses, ContainerGateway) && opts.Notify != nil {
+			gatewayUp = true
+			notices.Add(1)
+			go func() {
+				defer notices.Done()
+				c.followNotices(logCtx, pod.Name, opts.Notify)
+			}()
+		}
+		if err := stepFailure(p); err != nil {
+			return true, err
+		}
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == ContainerClone && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
+				res.Base = strings.TrimSpace(s.State.Terminated.Message)
+			}
+		}
+		st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
+		return st != nil && (st.State.Running != nil || st.State.Terminated != nil), nil
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, &StepError{Step: "pod", Message: fmt.Sprintf("the agent did not start within %s%s", opts.StartTimeout, c.waitingFor(ctx, pod.Name))}
+		}
+		return nil, err
+	}
+
+	runCtx := ctx
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	stdin := io.Reader(strings.NewReader(kubepod.AttachHello))
+	if opts.Streams.Stdin != nil {
+		stdin = io.MultiReader(stdin, opts.Streams.Stdin)
+	}
+	stdout := opts.Streams.Stdout
+	if opts.Streams.TTY && stdout != nil {
+		// The hello may reach the terminal before the wrapper has turned its echo off.
+		stdout = &dropEcho{w: stdout, echo: []byte(strings.TrimSuffix(kubepod.AttachHello, "\n") + "\r\n")}
+	}
+	so := streamOptions{Stdin: stdin, Stdout: stdout, TTY: opts.Streams.TTY, Resize: opts.Streams.Resize}
+	if !opts.Streams.TTY {
+		so.Stderr = opts.Streams.Stderr
+	}
+	attachErr := c.attach(runCtx, pod.Name, ContainerAgent, so)
+
+	// The attach ends when the agent's container does (or the stream broke): the kubelet's word on
+	// how it ended is what counts.
+	err = c.watchPod(runCtx, pod.Name, func(p *Pod) (bool, error) {
+		st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
+		if st == nil || st.State.Terminated == nil {
+			return false, nil
+		}
+		res.ExitCode = int(st.State.Terminated.ExitCode)
+		if r := st.State.Terminated.Reason; r != "" && r != "Completed" && r != "Error" {
+			res.Reason = r
+		}
+		return true, nil
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			res.TimedOut = true
+			res.ExitCode = 124
+			// Fetch what the agent did up to now: the keeper still holds the audit log.
+		} else {
+			if attachErr != nil {
+				err = errors.Join(err, attachErr)
+			}
+			return nil, fmt.Errorf("kube: waiting for the agent: %w", err)
+		}
+	}
+
+	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	hdr, end, err := c.fetch(fetchCtx, pod.Name, opts.Patch, opts.Audit)
+	if err != nil {
+		return res, fmt.Errorf("kube: fetching the run's changes and audit log: %w", err)
+	}
+	res.Status = hdr.Status
+	res.HasPatch = end.HasPatch
+	return res, nil
+}
+
+// fetch execs the keeper's fetch and reads its bundle.
+func (c *Client) fetch(ctx context.Context, pod string, patch, audit io.Writer) (*kubepod.BundleHeader, *kubepod.BundleEnd, error) {
+	if patch == nil {
+		patch = io.Discard
+	}
+	if audit == nil {
+		audit = io.Discard
+	}
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		cmd := append([]string{kubepod.BinaryInImage}, kubepod.FetchArgs...)
+		err := c.exec(ctx, pod, ContainerKeeper, cmd, streamOptions{Stdout: pw, Stderr: &stderr})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	hdr, end, err := kubepod.ReadBundle(pr, patch, audit)
+	_, _ = io.Copy(io.Discard, pr)
+	if xerr := <-done; xerr != nil && err == nil {
+		err = xerr
+	}
+	if err != nil {
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			err = fmt.Errorf("%w (the keeper said: %s)", err, s)
+		}
+		return nil, nil, err
+	}
+	return hdr, end, nil
+}
+
+// followNotices reads the gateway's log and passes on its notice lines.
+func (c *Client) followNotices(ctx context.Context, pod string, notify func(string)) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(c.logs(ctx, pod, ContainerGateway, true, pw)) }()
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var n struct {
+			Cordon string `json:"cordon"`
+			Line   string `json:"line"`
+		}
+		if json.Unmarshal(sc.Bytes(), &n) == nil && n.Cordon == "notice" && n.Line != "" {
+			notify(n.Line)
+		}
+	}
+	_ = pr.Close()
+}
+
+// stepFailure says which step of the pod failed before the agent, with what it said.
+func stepFailure(p *Pod) error {
+	for _, s := range p.Status.InitContainerStatuses {
+		if t := s.State.Terminated; t != nil && t.ExitCode != 0 {
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = fmt.Sprintf("exit %d (%s)", t.ExitCode, t.Reason)
+			}
+			return &StepError{Step: s.Name, Message: msg}
+		}
+		if w := s.State.Waiting; w != nil && badWait(w.Reason) {
+			return &StepError{Step: s.Name, Message: w.Reason + ": " + w.Message}
+		}
+		if s.Name == ContainerGateway && s.RestartCount > 0 && s.State.Running == nil {
+			return &StepError{Step: s.Name, Message: "the gateway exited: " + lastTermination(s)}
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil && badWait(w.Reason) {
+			return &StepError{Step: s.Name, Message: w.Reason + ": " + w.Message}
+		}
+	}
+	if p.Status.Phase == "Failed" && containerStatus(p.Status.ContainerStatuses, ContainerAgent) == nil {
+		return &StepError{Step: "pod", Message: p.Status.Reason + " " + p.Status.Message}
+	}
+	return nil
+}
+
+func lastTermination(s ContainerStatus) string {
+	if t := s.LastTerminationState.Terminated; t != nil {
+		if m := strings.TrimSpace(t.Message); m != "" {
+			return m
+		}
+		return fmt.Sprintf("exit %d", t.ExitCode)
+	}
+	return "restarted"
+}
+
+// badWait are the waiting reasons that will not resolve by themselves.
+func badWait(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff":
+		return true
+	}
+	return false
+}
+
+func containerStatus(ss []ContainerStatus, name string) *ContainerStatus {
+	for i := range ss {
+		if ss[i].Name == name {
+			return &ss[i]
+		}
+	}
+	return nil
+}
+
+func containerStarted(ss []ContainerStatus, name string) bool {
+	s := containerStatus(ss, name)
+	return s != nil && (s.State.Running != nil || s.State.Terminated != nil)
+}
+
+// waitingFor describes what the pod is waiting on, for a start that timed out.
+func (c *Client) waitingFor(ctx context.Context, name string) string {
+	p, err := c.getPod(context.WithoutCancel(ctx), name)
+	if err != nil {
+		return ""
+	}
+	for _, ss := range [][]ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, s := range ss {
+			if w := s.State.Waiting; w != nil {
+				return fmt.Sprintf(" (%s is waiting: %s %s)", s.Name, w.Reason, w.Message)
+			}
+			if s.State.Running != nil && s.Started != nil && !*s.Started {
+				return fmt.Sprintf(" (%s has not passed its startup probe)", s.Name)
+			}
+		}
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Status != "True" && cond.Message != "" {
+			return fmt.Sprintf(" (%s: %s)", cond.Type, cond.Message)
+		}
+	}
+	return ""
+}
+
+// dropEcho passes the terminal's output on, less the echo of the attach hello if the output starts
+// with it.
+type dropEcho struct {
+	w     io.Writer
+	echo  []byte
+	held  []byte
+	ready bool
+}
+
+func (d *dropEcho) Write(p []byte) (int, error) {
+	if d.ready {
+		return d.w.Write(p)
+	}
+	d.held = append(d.held, p...)
+	n := min(len(d.held), len(d.echo))
+	if !bytes.Equal(d.held[:n], d.echo[:n]) {
+		d.ready = true
+		_, err := d.w.Write(d.held)
+		d.held = nil
+		return len(p), err
+	}
+	if len(d.held) < len(d.echo) {
+		return len(p), nil
+	}
+	d.ready = true
+	rest := d.held[len(d.echo):]
+	d.held = nil
+	if len(rest) > 0 {
+		if _, err := d.w.Write(rest); err != nil {
+			return len(p), err
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,366 @@
+package cordon
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/creds"
+	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
+	"github.com/cordon-sandbox/cordon/internal/kube"
+	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
+	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/runstate"
+	"github.com/cordon-sandbox/cordon/internal/sandboxenv"
+	"github.com/cordon-sandbox/cordon/internal/workspace"
+)
+
+// KubeConfig is one run as a pod of a Kubernetes cluster (cordon run --backend kubernetes): the same
+// policy, gateway and credentials, around a clone of a repository instead of a local project.
+type KubeConfig struct {
+	// Policy is what the run may do; nil is the built-in default (no network: the clone step then
+	// cannot reach the repository, so a kubernetes run needs a policy that allows it).
+	Policy *Policy
+	// Allow are extra network.allow entries (cordon run --allow), given to the gateway in the pod.
+	Allow []string
+	// Workspace is the local directory the run's changes are for (cordon apply writes there); empty
+	// means the current directory.
+	Workspace string
+	Name      string
+	Command   []string
+	// Keep keeps the local run even if the pod changed nothing.
+	Keep bool
+	// Env is the caller's environment, from which env.pass and credentials read; nil is os.Environ().
+	Env []string
+	// Stdin, Stdout and Stderr are attached to the agent's container; TTY gives it a terminal.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	TTY            bool
+	StateDir       string
+	OnWarning      func(Warning)
+	// Notify receives the gateway's refusals as they happen, one line each.
+	Notify func(line string)
+
+	// Kubeconfig, Context, Namespace, Image, CordonImage and RuntimeClass pick the cluster and the
+	// pod; empty ones come from the policy's sandbox.kubernetes, then the kubeconfig.
+	Kubeconfig, Context, Namespace   string
+	Image, CordonImage, RuntimeClass string
+	// Repo and Ref are what the pod clones (through the gateway); Ref empty is the remote's HEAD.
+	Repo, Ref string
+	// StartTimeout bounds the pod's start (scheduling, images, the clone); 0 is five minutes.
+	StartTimeout time.Duration
+}
+
+// KubeExit is how a kubernetes run ended.
+type KubeExit struct {
+	Exit
+	// RunID is the local run that holds its changes and audit log.
+	RunID string
+	// Base is the commit the pod checked out.
+	Base string
+	// Reason is the kubelet's, when the agent did not exit by itself (OOMKilled, say).
+	Reason string
+}
+
+// RunKube runs the command as a pod and waits for it: credentials are read and minted here (and
+// revoked at the end), the pod's gateway gets them in a Secret that only its container mounts, and
+// the changes and the audit log come back into a local run, for cordon diff, apply and export.
+func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("no command given")
+	}
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, err
+	}
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	b := &builder{env: env, home: getenv(env, "HOME"), stderr: os.Stderr, warn: newWarnings(cfg.OnWarning)}
+	b.store = Store{Dir: cfg.StateDir}.storeFor(env)
+	project, err := ResolveWorkspace(cfg.Workspace, b.home)
+	if err != nil {
+		return nil, err
+	}
+	pol := cfg.Policy
+	if pol == nil {
+		pol = policy.Default()
+	}
+	if err := kubeRefuses(pol); err != nil {
+		return nil, err
+	}
+	var policyBytes []byte
+	if pol.Source != policy.BuiltinSource && pol.Source != "" {
+		if err := policy.CheckOutside(pol.Source, []string{project}); err != nil {
+			return nil, err
+		}
+		if policyBytes, err = os.ReadFile(pol.Source); err != nil {
+			return nil, fmt.Errorf("reading the policy again for the pod: %w", err)
+		}
+		if sum := sha256Hex(policyBytes); pol.SourceSHA256 != "" && sum != pol.SourceSHA256 {
+			return nil, fmt.Errorf("the policy %s changed while cordon read it; run again", pol.Source)
+		}
+	} else {
+		policyBytes = []byte("version: 1\n")
+	}
+	k := pol.Sandbox.Kubernetes
+	if k == nil {
+		k = &policy.Kubernetes{}
+	}
+	client, err := kube.NewClient(kube.ClientOptions{
+		Kubeconfig: cfg.Kubeconfig,
+		Context:    cmp.Or(cfg.Context, k.Context),
+		Namespace:  cmp.Or(cfg.Namespace, k.Namespace),
+	})
+	if err != nil {
+		return nil, &SetupError{Err: err}
+	}
+
+	credSet, err := b.prepareCredentials(ctx, pol, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.closeCredentials(credSet)
+	var exported []creds.Exported
+	if credSet != nil {
+		if exported, err = credSet.Export(); err != nil {
+			return nil, err
+		}
+	}
+
+	rec, err := b.createRun(runstate.Meta{
+		Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol),
+		Kube: &runstate.KubeRef{Context: client.Context, Namespace: client.Namespace, Server: client.Server()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := rec.Sync(); err != nil {
+		b.dropRun(rec)
+		return nil, err
+	}
+	id := rec.Meta.ID
+
+	agentEnv, warnings := sandboxenv.BuildWith(env, pol.Env, sandboxenv.Identity{User: "agent", Home: "/home/agent", TTY: cfg.TTY},
+		sandboxenv.Options{Shown: func(string) bool { return false }})
+	for _, w := range warnings {
+		b.warn.notice(w)
+	}
+	agentEnv = append(agentEnv, podTrustEnv()...)
+	if credSet != nil {
+		agentEnv = append(agentEnv, credSet.Env()...)
+	}
+	roots, caFile, err := kubeRoots(pol)
+	if err != nil {
+		b.dropRun(rec)
+		return nil, err
+	}
+	var pinned []string
+	if pol.Network != nil {
+		for _, a := range pol.Network.Hosts {
+			pinned = append(pinned, a.String())
+		}
+	}
+	objs, err := kube.Render(&kube.Input{
+		RunID: id, Namespace: client.Namespace,
+		Image: cmp.Or(cfg.Image, k.Image), CordonImage: cmp.Or(cfg.CordonImage, k.CordonImage),
+		RuntimeClass: cmp.Or(cfg.RuntimeClass, k.RuntimeClass),
+		Repo:         cfg.Repo, Ref: cfg.Ref, Args: cfg.Command, Env: agentEnv, TTY: cfg.TTY,
+		Hostname: pol.Sandbox.Hostname, Limits: pol.Limits, PinnedAddrs: pinned,
+		Config: &kubepod.GatewayConfig{
+			Version: kubepod.Version, RunID: id, PolicyName: cmp.Or(pol.Source, "built-in default"),
+			Policy: policyBytes, Allow: cfg.Allow, Hostname: pol.Sandbox.Hostname,
+			Credentials: exported, Roots: roots, CAFile: caFile, AuditMaxBytes: auditMaxBytes(pol),
+		},
+	})
+	if err != nil {
+		b.dropRun(rec)
+		return nil, err
+	}
+
+	var patch bytes.Buffer
+	auditFile, err := os.OpenFile(filepath.Join(rec.Dir, audit.FileName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		b.dropRun(rec)
+		return nil, err
+	}
+	res, runErr := client.Run(ctx, kube.RunOptions{
+		Objects: objs,
+		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY},
+		Notify:  cfg.Notify,
+		Patch:   &patch, Audit: auditFile,
+		Timeout:      pol.Limits.Timeout,
+		StartTimeout: cmp.Or(cfg.StartTimeout, 5*time.Minute),
+	})
+	if err := auditFile.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	// Run deleted the pod and Secret already; asked again here, so that the record says whether
+	// the cluster holds nothing more of the run (cordon gc retries until it does).
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	if err := client.DeleteRun(dctx, id); err == nil {
+		_ = rec.Update(func(m *runstate.Meta) error { m.Kube.Cleaned = true; return nil })
+	}
+	dcancel()
+	if runErr != nil && (res == nil || res.Status == nil) {
+		_ = rec.Finish(exitCordonFailed)
+		var se *kube.StepError
+		if errors.As(runErr, &se) {
+			return nil, &SetupError{Err: runErr}
+		}
+		return nil, runErr
+	}
+	out := &KubeExit{RunID: id, Base: res.Base, Reason: res.Reason}
+	out.Code, out.TimedOut = res.ExitCode, res.TimedOut
+	base := res.Base
+	if res.Status != nil && res.Status.Base != "" {
+		base = res.Status.Base
+	}
+	// The wrapper's status is the word on whether the patch is its own: a process the agent left
+	// could have written one where the wrapper failed.
+	switch {
+	case res.Status == nil:
+		runErr = errors.Join(runErr, errors.New("the agent's wrapper reported nothing: the run's changes, if any, are lost with the pod"))
+	case res.Status.PatchError != "":
+		runErr = errors.Join(runErr, fmt.Errorf("the pod could not make the run's changes: %s", res.Status.PatchError))
+	case res.HasPatch && patch.Len() > 0:
+		if err := workspace.PreparePatch(rec, project, workspace.PatchInfo{Repo: cfg.Repo, Ref: cfg.Ref, Base: base}, &patch); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("recording the run's changes: %w", err))
+		}
+	}
+	if cs, err := workspace.Changes(rec); err == nil {
+		out.Changed = len(cs)
+	}
+	if sum, err := audit.SummarizeFile(filepath.Join(rec.Dir, audit.FileName)); err == nil {
+		out.Network = &sum
+	}
+	if err := rec.Finish(out.Code); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	n := out.Network
+	switch {
+	case out.Changed > 0:
+		out.Kept = KeptChanges
+	case cfg.Keep:
+		out.Kept = KeptAsked
+	case runErr != nil:
+		out.Kept = KeptFailed
+	case n != nil && n.Denied+n.Misuses+n.Echoes > 0:
+		out.Kept = KeptNetwork
+	default:
+		if err := runstate.RemoveAll(rec.Dir); err != nil {
+			out.Kept = KeptFailed
+			runErr = errors.Join(runErr, fmt.Errorf("removing the unchanged run: %w", err))
+		}
+	}
+	return out, runErr
+}
+
+// exitCordonFailed is the exit code a run's record gets when cordon itself failed it.
+const exitCordonFailed = 125
+
+// kubeRefuses says what of a policy the kubernetes backend cannot hold, rather than drop it silently.
+func kubeRefuses(pol *policy.Policy) error {
+	var no []string
+	if len(pol.Services) > 0 {
+		no = append(no, "services (fixture databases run beside a local sandbox)")
+	}
+	if len(pol.Filesystem.ReadOnly) > 0 || len(pol.Filesystem.ReadWrite) > 0 {
+		no = append(no, "filesystem.readonly/readwrite (host paths do not exist in the cluster)")
+	}
+	if pol.Network != nil && len(pol.Network.Presets) > 0 {
+		no = append(no, "network.presets (they read this machine's tool configuration)")
+	}
+	for _, c := range pol.Credentials {
+		if c.From.SSHAgent != nil {
+			no = append(no, "an sshAgent credential ("+c.Name+")")
+		}
+	}
+	if len(pol.Budgets) > 0 {
+		no = append(no, "budgets (kept in this machine's state)")
+	}
+	if len(no) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the kubernetes backend cannot hold %s; remove them from the policy for this run", strings.Join(no, ", "))
+}
+
+// podTrustEnv points the agent's tools at the trust bundle the gateway writes in the pod.
+func podTrustEnv() []string {
+	bundle := kubepod.TrustDir + "/" + kubepod.TrustBundle
+	var env []string
+	for _, v := range gateway.TrustVars {
+		env = append(env, v+"="+bundle)
+	}
+	for _, v := range gateway.ExtraTrustVars {
+		env = append(env, v+"="+kubepod.TrustDir+"/"+kubepod.RunCA)
+	}
+	p := fmt.Sprintf("http://127.0.0.1:%d", kubepod.Ports().Proxy)
+	noProxy := "localhost,127.0.0.1,::1"
+	return append(env, "HTTP_PROXY="+p, "HTTPS_PROXY="+p, "http_proxy="+p, "https_proxy="+p,
+		"NO_PROXY="+noProxy, "no_proxy="+noProxy)
+}
+
+// kubeRoots are the certificate authorities the pod's gateway verifies upstreams with (the cordon
+// image has none of its own): this machine's roots, and the policy's network.tls.caFile.
+func kubeRoots(pol *policy.Policy) (roots, caFile []byte, err error) {
+	for _, f := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
+		if b, err := os.ReadFile(f); err == nil {
+			roots = b
+			break
+		}
+	}
+	if pol.Network != nil && pol.Network.TLS.CAFile != "" {
+		if caFile, err = os.ReadFile(pol.Network.TLS.CAFile); err != nil {
+			return nil, nil, fmt.Errorf("network.tls.caFile: %w", err)
+		}
+	}
+	return roots, caFile, nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// CleanKube deletes what kubernetes runs left in their clusters (their pod, Secret and
+// NetworkPolicy), for every run in the store whose cordon is gone and whose record does not say it
+// cleaned up: a cordon killed mid-run leaves them, and cordon gc calls this. It returns the runs
+// cleaned.
+func (s Store) CleanKube(ctx context.Context) ([]string, error) {
+	runs, err := s.store().List()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, r := range runs {
+		k := r.Meta.Kube
+		if k == nil || k.Cleaned || r.Meta.State == runstate.StateRunning && runstate.Alive(r.Meta.PID, r.Meta.PIDStart) {
+			continue
+		}
+		c, err := kube.NewClient(kube.ClientOptions{Context: k.Context, Namespace: k.Namespace})
+		if err == nil {
+			err = c.DeleteRun(ctx, r.Meta.ID)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("run %s (namespace %s): %w", r.Meta.ID, k.Namespace, err))
+			continue
+		}
+		if err := r.Update(func(m *runstate.Meta) error { m.Kube.Cleaned = true; return nil }); err != nil {
+			errs = append(errs, err)
+		}
+		done = append(done, r.Meta.ID)
+	}
+	return done, errors.Join(errs...)
+}
