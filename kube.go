@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
 	"github.com/cordon-sandbox/cordon/internal/kube"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
@@ -130,9 +131,11 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		return nil, err
 	}
 	defer b.closeCredentials(credSet)
-	exported, err := credSet.Export()
-	if err != nil {
-		return nil, err
+	var exported []creds.Exported
+	if credSet != nil {
+		if exported, err = credSet.Export(); err != nil {
+			return nil, err
+		}
 	}
 
 	rec, err := b.createRun(runstate.Meta{

@@ -166,16 +166,18 @@ func Render(in *Input) (*Objects, error) {
 	init := []Container{
 		{
 			Name: ContainerSetup, Image: in.CordonImage, ImagePullPolicy: "IfNotPresent",
-			Command:         args(cordon, kubepod.SetupArgs, "--gateway-uid", strconv.Itoa(kubepod.GatewayUID), "--copy-to", kubepod.Binary),
-			SecurityContext: setupSec,
-			VolumeMounts:    []VolumeMount{mnt(volBin, kubepod.BinDir, false)},
-			Resources:       small,
+			TerminationMessagePolicy: fallbackToLogs,
+			Command:                  args(cordon, kubepod.SetupArgs, "--gateway-uid", strconv.Itoa(kubepod.GatewayUID), "--copy-to", kubepod.Binary),
+			SecurityContext:          setupSec,
+			VolumeMounts:             []VolumeMount{mnt(volBin, kubepod.BinDir, false)},
+			Resources:                small,
 		},
 		{
 			Name: ContainerGateway, Image: in.CordonImage, ImagePullPolicy: "IfNotPresent",
-			RestartPolicy:   &always,
-			Command:         args(cordon, kubepod.GatewayArgs, "--config", kubepod.SecretDir+"/"+kubepod.ConfigFile),
-			SecurityContext: gatewaySec,
+			TerminationMessagePolicy: fallbackToLogs,
+			RestartPolicy:            &always,
+			Command:                  args(cordon, kubepod.GatewayArgs, "--config", kubepod.SecretDir+"/"+kubepod.ConfigFile),
+			SecurityContext:          gatewaySec,
 			VolumeMounts: []VolumeMount{
 				mnt(volSecret, kubepod.SecretDir, true),
 				mnt(volTrust, kubepod.TrustDir, false),
@@ -199,7 +201,7 @@ func Render(in *Input) (*Objects, error) {
 			Env:                      env,
 			SecurityContext:          agentSec,
 			VolumeMounts:             agentMounts,
-			TerminationMessagePolicy: "File",
+			TerminationMessagePolicy: fallbackToLogs,
 		},
 	}
 
@@ -271,6 +273,10 @@ func Render(in *Input) (*Objects, error) {
 	}
 	return &Objects{Secret: secret, Pod: pod, NetworkPolicy: networkPolicy(meta(name+"-egress"), labels, in.PinnedAddrs)}, nil
 }
+
+// fallbackToLogs makes a step that fails without writing its termination message report the tail
+// of its log instead (cordon prints its errors there), so the run's error says what failed.
+const fallbackToLogs = "FallbackToLogsOnError"
 
 const (
 	volBin       = "cordon-bin"

@@ -417,3 +417,29 @@ func (e *env) otherPodIP(t *testing.T, ns string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestKubeRenderAcceptedByAPIServer: what cordon kube render prints (the Secret template, the
+// NetworkPolicy, the pod) is accepted by the real API server as it is (a server-side dry run
+// validates every field).
+func TestKubeRenderAcceptedByAPIServer(t *testing.T) {
+	e := setup(t)
+	ns := e.cluster.Namespace(t)
+	pol := e.policy(t, "limits: {memory: 1GiB, cpu: 1, timeout: 10m, disk: 2GiB}\n")
+	render := e.cordonCmd(t.TempDir(), "kube", "render", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "true")
+	yaml, err := render.Output()
+	if err != nil {
+		t.Fatalf("cordon kube render: %v", err)
+	}
+	apply := exec.Command(e.cluster.Kubectl, "--kubeconfig", e.kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-")
+	apply.Stdin = bytes.NewReader(yaml)
+	out, err := apply.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the API server refused the rendered objects: %v\n%s\n---\n%s", err, out, yaml)
+	}
+	for _, want := range []string{"secret/", "networkpolicy.networking.k8s.io/", "pod/"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl created no %s:\n%s", want, out)
+		}
+	}
+}
