@@ -27,9 +27,21 @@ const (
 	BuildCommand = "internal/kubetest/controlplane/build.sh"
 )
 
-// ShimEnv names gVisor's containerd shim (containerd-shim-runsc-v1, built from gvisor.dev/gvisor/shim
-// at runsc's version) when it is neither beside runsc nor on PATH.
+// ShimEnv names gVisor's containerd shim (containerd-shim-runsc-v1 at runsc's gVisor version), the
+// one variable that picks it. Unset, the shim is looked for where it is built: on a machine that
+// allows a negative oom_score_adj, the stock one (gvisor.dev/gvisor/shim) beside runsc or on PATH;
+// on one that refuses it, ShimBuildCommand's (PatchedShimDir).
 const ShimEnv = "CORDON_RUNSC_SHIM"
+
+// ShimBuildCommand builds gVisor's shim with the one change a machine that refuses a negative
+// oom_score_adj needs: the stock shim sets its daemon's score to -999 and gives up on every pod when
+// the kernel refuses, the patched one leaves it at 0 (what containerd's restrict_oom_score_adj does
+// for runc). Its binary's main module is PatchedShimModule, with gvisor.dev/gvisor at runsc's
+// version replaced by the patched copy; that is how the cluster tells the two apart.
+const (
+	ShimBuildCommand  = "internal/kubetest/controlplane/build-shim.sh"
+	PatchedShimModule = "runsc-shim-restricted-oom"
+)
 
 // The names the cluster gives what it makes, so that tests can refer to them.
 const (
@@ -141,25 +153,43 @@ func BinDir() (string, error) {
 	if d := os.Getenv(BinEnv); d != "" {
 		return filepath.Abs(d)
 	}
-	cache := os.Getenv("GOMODCACHE")
-	if cache == "" {
-		// go env knows the go.env and `go env -w` settings too.
-		if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
-			cache = strings.TrimSpace(string(out))
-		}
-	}
-	if cache == "" {
-		gopath := os.Getenv("GOPATH")
-		if gopath == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return "", fmt.Errorf("kubetest: no module cache to find the Kubernetes binaries beside (set %s): %w", BinEnv, err)
-			}
-			gopath = filepath.Join(home, "go")
-		}
-		cache = filepath.Join(filepath.SplitList(gopath)[0], "pkg", "mod")
+	cache, err := modCache()
+	if err != nil {
+		return "", fmt.Errorf("kubetest: no module cache to find the Kubernetes binaries beside (set %s): %w", BinEnv, err)
 	}
 	return filepath.Clean(filepath.Join(cache, "..", "kube-bin", KubeVersion)), nil
+}
+
+// PatchedShimDir is where ShimBuildCommand puts the patched shim of gVisor version by default
+// (runsc-shim-restricted-oom/VERSION beside the module cache).
+func PatchedShimDir(version string) (string, error) {
+	cache, err := modCache()
+	if err != nil {
+		return "", fmt.Errorf("kubetest: no module cache to find the patched gVisor shim beside (set %s): %w", ShimEnv, err)
+	}
+	return filepath.Clean(filepath.Join(cache, "..", PatchedShimModule, version)), nil
+}
+
+// modCache is the Go module cache's directory, which the built binaries are kept beside.
+func modCache() (string, error) {
+	if cache := os.Getenv("GOMODCACHE"); cache != "" {
+		return cache, nil
+	}
+	// go env knows the go.env and `go env -w` settings too.
+	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
+		if cache := strings.TrimSpace(string(out)); cache != "" {
+			return cache, nil
+		}
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		gopath = filepath.Join(home, "go")
+	}
+	return filepath.Join(filepath.SplitList(gopath)[0], "pkg", "mod"), nil
 }
 
 // checkBinaries says which binary is missing or of another release, and how to build them.

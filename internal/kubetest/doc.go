@@ -19,4 +19,13 @@
 // The Kubernetes binaries are built by internal/kubetest/controlplane/build.sh (a module of its own,
 // so that cordon does not depend on k8s.io/kubernetes) into a directory beside the module cache, or
 // the one CORDON_KUBE_BIN names. The package is imported by tests only.
+//
+// The "gvisor" RuntimeClass runs gVisor's containerd shim at runsc's version, which CORDON_RUNSC_SHIM
+// names (ShimEnv). The stock shim sets its daemon's oom_score_adj to -999 and fails every pod when
+// the kernel refuses, and some machines refuse any negative score (CAP_SYS_RESOURCE is not in the
+// bounding set of the VM this test bed was built on). There, and only there, the cluster runs the
+// shim that internal/kubetest/controlplane/build-shim.sh builds from the module's source with that
+// one constant set to 0 (containerd's restrict_oom_score_adj, which the cluster sets, is the same
+// accommodation for runc); on a machine that allows negative scores the stock shim is used
+// unchanged, and the patched one is refused. The binary's build information says which it is.
 package kubetest

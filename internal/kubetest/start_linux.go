@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -364,11 +365,14 @@ func start(logf func(string, ...any)) (_ *Cluster, _ *running, err error) {
 	}
 	run.procs = append(run.procs, sched)
 
-	// containerd, with runsc when gVisor's shim is there and of runsc's version.
-	runsc, err := gvisorRuntime(l)
+	// containerd, with runsc when gVisor's shim is there, of runsc's version and fit for this machine.
+	shim, err := gvisorRuntime(l)
+	runsc := err == nil
 	if err != nil {
 		c.RuntimeClassErr = err
 		logf("kubetest: no %s RuntimeClass: %v", RuntimeClassName, err)
+	} else {
+		logf("kubetest: %s RuntimeClass with gVisor's shim %s", RuntimeClassName, shim)
 	}
 	if err := os.WriteFile(l.containerdConfig, []byte(l.containerdConfigText(runsc)), 0o644); err != nil {
 		return nil, nil, fmt.Errorf("kubetest: %w", err)
@@ -572,43 +576,111 @@ func nodeReady(ctx context.Context, cs kubernetes.Interface) error {
 }
 
 // gvisorRuntime sets containerd up for the runsc handler: runsc (found as cordon's gVisor tier finds
-// it), gVisor's containerd shim of the same gVisor version, and, because containerd 1.6 reads a
-// shim's start output as a bare socket address while this shim (built on containerd 2's shim
-// library) prints its bootstrap parameters as JSON, a small adapter named like the shim that
-// prints the address from them. It says why when it cannot.
-func gvisorRuntime(l *layout) (bool, error) {
+// it), gVisor's containerd shim of the same gVisor version (the stock one, or on a machine that
+// refuses a negative oom_score_adj the one ShimBuildCommand patches: findShim, checkShim), and,
+// because containerd 1.6 reads a shim's start output as a bare socket address while this shim
+// (built on containerd 2's shim library) prints its bootstrap parameters as JSON, a small adapter
+// named like the shim that prints the address from them. It returns the shim with what it is, or
+// says why there is none.
+func gvisorRuntime(l *layout) (string, error) {
 	home, _ := os.UserHomeDir()
 	rs, err := gvisor.Find("", os.Getenv("PATH"), home, nil)
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	shim := os.Getenv(ShimEnv)
-	if shim == "" {
-		shim = filepath.Join(filepath.Dir(rs.Path), shimName)
-		if _, err := os.Stat(shim); err != nil {
-			if p, lerr := exec.LookPath(shimName); lerr == nil {
-				shim = p
+	oomErr := negativeOOMScore()
+	shim, err := findShim(rs.Path, rs.Version, oomErr != nil)
+	if err != nil {
+		return "", err
+	}
+	bi, err := buildinfo.ReadFile(shim)
+	if err != nil {
+		return "", fmt.Errorf("gVisor's containerd shim %s: %v: %s", shim, err, shimHowto(rs.Version, oomErr))
+	}
+	patched, err := checkShim(shim, bi, rs.Version, oomErr)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(l.runscConfig, []byte(l.runscConfigText(rs.Path)), 0o644); err != nil {
+		return "", fmt.Errorf("kubetest: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(l.bin, shimName), []byte(shimAdapter(shim)), 0o755); err != nil {
+		return "", fmt.Errorf("kubetest: %w", err)
+	}
+	if patched {
+		return shim + " (gVisor " + rs.Version + ", patched: oom_score_adj 0, since this machine refuses -999)", nil
+	}
+	return shim + " (gVisor " + rs.Version + ", stock)", nil
+}
+
+// findShim is the shim to check: ShimEnv's; else, where negative scores are refused, the patched
+// one's default place; else the stock one beside runsc, or on PATH.
+func findShim(runsc, version string, refused bool) (string, error) {
+	if p := os.Getenv(ShimEnv); p != "" {
+		return p, nil
+	}
+	if refused {
+		dir, err := PatchedShimDir(version)
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, shimName), nil
+	}
+	shim := filepath.Join(filepath.Dir(runsc), shimName)
+	if _, err := os.Stat(shim); err != nil {
+		if p, lerr := exec.LookPath(shimName); lerr == nil {
+			return p, nil
+		}
+	}
+	return shim, nil
+}
+
+// checkShim says whether the shim at path, whose build information is bi, is the patched one, or
+// why it cannot run runsc (of gVisor version) here: it is not gVisor's shim, it is of another gVisor
+// version, it is the stock one on a machine that refuses a negative oom_score_adj (oomErr says why:
+// every pod would fail), or the patched one on a machine that allows it (the stock shim runs there
+// unchanged, and the cluster tests it rather than a change of cordon's).
+func checkShim(path string, bi *debug.BuildInfo, version string, oomErr error) (patched bool, err error) {
+	have, patched := shimVersion(bi)
+	howto := shimHowto(version, oomErr)
+	switch {
+	case have == "":
+		return false, fmt.Errorf("%s is not gVisor's containerd shim (its main module is %s %s): %s", path, bi.Main.Path, bi.Main.Version, howto)
+	case have != version:
+		return false, fmt.Errorf("gVisor's containerd shim %s is of gVisor %s, runsc of %s: %s", path, have, version, howto)
+	case oomErr != nil && !patched:
+		return false, fmt.Errorf("gVisor's containerd shim %s sets its daemon's oom_score_adj to -999 and gives up when the kernel refuses, and this machine refuses a negative oom_score_adj (%w): %s", path, oomErr, howto)
+	case oomErr == nil && patched:
+		return false, fmt.Errorf("gVisor's containerd shim %s is patched to leave oom_score_adj at 0, and this machine allows a negative one, so the stock shim runs here unchanged: %s", path, howto)
+	}
+	return patched, nil
+}
+
+// shimVersion is the gVisor version of a shim's build information, and whether it is
+// ShimBuildCommand's patched build (gvisor.dev/gvisor replaced, under PatchedShimModule); "" when it
+// is neither that nor `go install gvisor.dev/gvisor/shim@VERSION`'s.
+func shimVersion(bi *debug.BuildInfo) (version string, patched bool) {
+	switch bi.Main.Path {
+	case "gvisor.dev/gvisor":
+		if bi.Path == "gvisor.dev/gvisor/shim" {
+			return bi.Main.Version, false
+		}
+	case PatchedShimModule:
+		for _, d := range bi.Deps {
+			if d.Path == "gvisor.dev/gvisor" && d.Replace != nil {
+				return d.Version, true
 			}
 		}
 	}
-	howto := fmt.Sprintf("build it with `GOBIN=DIR go install gvisor.dev/gvisor/shim@%s && mv DIR/shim DIR/%s` beside runsc (or name it in %s)", rs.Version, shimName, ShimEnv)
-	bi, err := buildinfo.ReadFile(shim)
-	if err != nil {
-		return false, fmt.Errorf("gVisor's containerd shim %s: %v: %s", shim, err, howto)
+	return "", false
+}
+
+// shimHowto says how to get the shim this machine needs.
+func shimHowto(version string, oomErr error) string {
+	if oomErr != nil {
+		return fmt.Sprintf("build the patched one with `%s %s` (or name it in %s)", ShimBuildCommand, version, ShimEnv)
 	}
-	if bi.Main.Path != "gvisor.dev/gvisor" || bi.Main.Version != rs.Version {
-		return false, fmt.Errorf("gVisor's containerd shim %s is %s %s, runsc %s is %s: %s", shim, bi.Main.Path, bi.Main.Version, rs.Path, rs.Version, howto)
-	}
-	if err := negativeOOMScore(); err != nil {
-		return false, fmt.Errorf("gVisor's containerd shim (%s) sets its daemon's oom_score_adj to -999 and gives up when the kernel refuses, and this machine refuses a negative oom_score_adj: %w", shim, err)
-	}
-	if err := os.WriteFile(l.runscConfig, []byte(l.runscConfigText(rs.Path)), 0o644); err != nil {
-		return false, fmt.Errorf("kubetest: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(l.bin, shimName), []byte(shimAdapter(shim)), 0o755); err != nil {
-		return false, fmt.Errorf("kubetest: %w", err)
-	}
-	return true, nil
+	return fmt.Sprintf("build it with `GOBIN=DIR go install gvisor.dev/gvisor/shim@%s && mv DIR/shim DIR/%s` beside runsc (or name it in %s)", version, shimName, ShimEnv)
 }
 
 // negativeOOMScore says why a process here cannot lower its oom_score_adj below 0, if it cannot

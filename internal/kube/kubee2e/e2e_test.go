@@ -443,3 +443,37 @@ func TestKubeRenderAcceptedByAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeGVisorRuntimeClass: with --runtime-class the agent's pod runs on gVisor's kernel (the
+// cluster's runsc RuntimeClass), and the boundary is the same: the clone through the gateway, a
+// refusal, the changes back.
+func TestKubeGVisorRuntimeClass(t *testing.T) {
+	e := setup(t)
+	if e.cluster.RuntimeClass == "" {
+		t.Fatalf("the test cluster has no gVisor RuntimeClass: %v", e.cluster.RuntimeClassErr)
+	}
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	script := fmt.Sprintf(`uname -a
+if curl -sS -m 5 -o /dev/null https://denied.test:%d/echo 2>/dev/null; then echo REACHED; else echo refused; fi
+echo gvisor-was-here > gvisor.txt`, e.gitPort)
+	code, out, stderr := e.run(t, local, pol, ns, []string{"--runtime-class", e.cluster.RuntimeClass}, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if !strings.Contains(out, "gvisor") {
+		t.Errorf("the agent's kernel is not gVisor's:\n%s", out)
+	}
+	if strings.Contains(out, "REACHED") || !strings.Contains(out, "refused") {
+		t.Errorf("denied.test was not refused under gVisor:\n%s", out)
+	}
+	id := runID(t, stderr)
+	if out, err := e.cordonCmd(local, "apply", id).CombinedOutput(); err != nil {
+		t.Fatalf("cordon apply: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(local, "gvisor.txt")); string(b) != "gvisor-was-here\n" {
+		t.Errorf("gvisor.txt after apply: %q", b)
+	}
+	e.noLeftovers(t, ns, id)
+}
