@@ -48,7 +48,8 @@ type KubeConfig struct {
 	TTY            bool
 	StateDir       string
 	OnWarning      func(Warning)
-	// Notify receives the gateway's refusals as they happen, one line each.
+	// Notify receives the gateway's refusals (and allowed hosts it could not reach) as they
+	// happen, one line each.
 	Notify func(line string)
 
 	// Kubeconfig, Context, Namespace, Image, CordonImage and RuntimeClass pick the cluster and the
@@ -197,8 +198,17 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	res, runErr := client.Run(ctx, kube.RunOptions{
 		Objects: objs,
 		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY},
-		Notify:  cfg.Notify,
-		Patch:   &patch, Audit: auditFile,
+		Notify: func(kind, line string) {
+			switch {
+			case cfg.Notify != nil:
+				cfg.Notify(line)
+			case kind == kubepod.LineUpstream:
+				b.warn.upstream(line)
+			default:
+				b.warn.blocked(line)
+			}
+		},
+		Patch: &patch, Audit: auditFile,
 		Timeout:      pol.Limits.Timeout,
 		StartTimeout: cmp.Or(cfg.StartTimeout, 5*time.Minute),
 	})

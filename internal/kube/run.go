@@ -29,8 +29,9 @@ type Streams struct {
 type RunOptions struct {
 	Objects *Objects
 	Streams Streams
-	// Notify receives the gateway's one-line notices (refused hosts) as they happen.
-	Notify func(line string)
+	// Notify receives the gateway's one-line notices as they happen: kind is kubepod.LineNotice
+	// (a refusal) or kubepod.LineUpstream (an allowed host that could not be reached or verified).
+	Notify func(kind, line string)
 	// Patch and Audit receive the run's changes and its audit log, fetched when the agent has ended.
 	Patch, Audit io.Writer
 	// Timeout ends the agent after this long (the policy's limits.timeout); 0 for none.
@@ -164,6 +165,12 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 		so.Stderr = opts.Streams.Stderr
 	}
 	attachErr := c.attach(runCtx, pod.Name, ContainerAgent, so)
+	if attachErr != nil && runCtx.Err() == nil {
+		// Without the attach the wrapper never gets its hello: the agent would wait for ever.
+		if p, err := c.getPod(ctx, pod.Name); err != nil || !agentEnded(p) {
+			return nil, fmt.Errorf("kube: attaching to the agent: %w", attachErr)
+		}
+	}
 
 	// The attach ends when the agent's container does (or the stream broke): the kubelet's word on
 	// how it ended is what counts.
@@ -234,18 +241,15 @@ func (c *Client) fetch(ctx context.Context, pod string, patch, audit io.Writer) 
 }
 
 // followNotices reads the gateway's log and passes on its notice lines.
-func (c *Client) followNotices(ctx context.Context, pod string, notify func(string)) {
+func (c *Client) followNotices(ctx context.Context, pod string, notify func(kind, line string)) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(c.logs(ctx, pod, ContainerGateway, true, pw)) }()
 	sc := bufio.NewScanner(pr)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var n struct {
-			Cordon string `json:"cordon"`
-			Line   string `json:"line"`
-		}
-		if json.Unmarshal(sc.Bytes(), &n) == nil && n.Cordon == "notice" && n.Line != "" {
-			notify(n.Line)
+		var n kubepod.GatewayLine
+		if json.Unmarshal(sc.Bytes(), &n) == nil && n.Cordon != "" && n.Line != "" {
+			notify(n.Cordon, n.Line)
 		}
 	}
 	_ = pr.Close()
@@ -369,4 +373,9 @@ func (d *dropEcho) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+func agentEnded(p *Pod) bool {
+	st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
+	return st != nil && st.State.Terminated != nil
 }

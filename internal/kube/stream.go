@@ -57,6 +57,8 @@ func (c *Client) stream(ctx context.Context, path string, q url.Values, o stream
 	if err != nil {
 		return err
 	}
+	// The upgrade is refused (406) when it asks for JSON: the answer is a stream, not an object.
+	r.Header.Del("Accept")
 	u := *r.URL
 	switch u.Scheme {
 	case "https":
