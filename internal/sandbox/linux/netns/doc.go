@@ -12,7 +12,10 @@
 //
 // A Kubernetes pod gets a variant (InstallPod, ListenersHere): the setup step installs the same
 // redirect in the pod's own namespace, exempting the uid of the gateway sidecar, which listens on the
-// pod's loopback itself and dials upstreams through the pod's interface; no routes are added.
+// pod's loopback itself and dials upstreams through the pod's interface; no routes are added. A pod
+// whose network stack has no nf_tables (gVisor's netstack: InstallPod's error wraps ErrNoNFTables)
+// gets the same policy in legacy xtables instead (InstallPodXT), written and read back with the
+// ip_tables socket options.
 //
 // Everything here fails closed: a namespace path that is not a network namespace, a ruleset that does
 // not read back as written, or a thread that cannot return to its own namespace is an error, and the

@@ -60,6 +60,10 @@ func TestMain(m *testing.M) {
 		os.Exit(attackMain())
 	case "probe":
 		os.Exit(probeMain(os.Args[1:]))
+	case "xtpod":
+		os.Exit(xtPodMain())
+	case "xtserve":
+		os.Exit(xtServeMain())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", envChild, os.Getenv(envChild))
 		os.Exit(2)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
 	"github.com/cordon-sandbox/cordon/internal/nstest"
@@ -167,18 +168,30 @@ func (n *testNS) udpAsk(addr string) string {
 	return string(buf[:m])
 }
 
-// probeMain runs inside the pod (nstest.NS.Command) as some uid: each pair of arguments is a probe
-// ("tcp ADDR" or "udp ADDR"), and the results are printed as a JSON object keyed "KIND ADDR".
+// probeMain runs inside the pod (nstest.NS.Command, or a gVisor sandbox's helper) as some uid: each
+// pair of arguments is a probe ("tcp ADDR", "udp ADDR" or "ping IP", each kind optionally with
+// ":WAIT", how long it waits instead of landTimeout), and the results are printed as a JSON object
+// keyed "KIND ADDR".
 func probeMain(args []string) int {
-	n := &testNS{fd: -1, timeout: landTimeout}
 	probes := map[string]func() string{}
 	for i := 0; i+1 < len(args); i += 2 {
 		kind, addr := args[i], args[i+1]
+		n := &testNS{fd: -1, timeout: landTimeout}
+		if k, wait, ok := strings.Cut(kind, ":"); ok {
+			d, err := time.ParseDuration(wait)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "probe %q: %v\n", kind, err)
+				return 2
+			}
+			kind, n.timeout = k, d
+		}
 		switch kind {
 		case "tcp":
 			probes[kind+" "+addr] = func() string { return n.tcpProbe(nil, addr) }
 		case "udp":
 			probes[kind+" "+addr] = func() string { return n.udpAsk(addr) }
+		case "ping":
+			probes[kind+" "+addr] = func() string { return n.pingDgram(addr) }
 		default:
 			fmt.Fprintf(os.Stderr, "unknown probe %q\n", kind)
 			return 2
@@ -190,6 +203,44 @@ func probeMain(args []string) int {
 		return 2
 	}
 	return 0
+}
+
+// pingDgram sends an ICMP echo request from an unprivileged ICMP socket (SOCK_DGRAM, which
+// gVisor gives every uid) to ip and waits for the reply.
+func (n *testNS) pingDgram(ip string) string {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return err.Error()
+	}
+	network, laddr, proto := "udp4", "0.0.0.0", 1
+	var req, rep icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if addr.Is6() {
+		network, laddr, proto = "udp6", "::", 58
+		req, rep = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
+	c, err := icmp.ListenPacket(network, laddr)
+	if err != nil {
+		return errName(err)
+	}
+	defer func() { _ = c.Close() }()
+	b, err := (&icmp.Message{Type: req, Body: &icmp.Echo{ID: 0xc0d, Seq: 1, Data: []byte("cordon")}}).Marshal(nil)
+	if err != nil {
+		return "marshal: " + err.Error()
+	}
+	if _, err := c.WriteTo(b, &net.UDPAddr{IP: addr.AsSlice()}); err != nil {
+		return errName(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(n.wait()))
+	buf := make([]byte, 1500)
+	for {
+		m, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return errName(err)
+		}
+		if got, err := icmp.ParseMessage(proto, buf[:m]); err == nil && got.Type == rep {
+			return "echo reply"
+		}
+	}
 }
 
 // probeAs runs probeMain in the pod as uid and returns its results.

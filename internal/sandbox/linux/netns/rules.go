@@ -28,6 +28,12 @@ const (
 	chainForward      = "filter-forward"
 )
 
+// ErrNoNFTables says that the network stack has no nf_tables at all: netlink to it is refused as
+// an unknown protocol (EPROTONOSUPPORT) or family (EAFNOSUPPORT), as gVisor's netstack refuses it.
+// It is the one error after which a pod's setup may install InstallPodXT's tables instead: any
+// other failure of the nft path is a failure.
+var ErrNoNFTables = errors.New("the network stack has no nf_tables")
+
 // dnsPort is where DNS goes, whatever the address: the sandbox may have its own idea of a resolver.
 const dnsPort = 53
 
@@ -72,7 +78,8 @@ func InstallHere(ports sandbox.EgressPorts) error {
 // connections need.
 //
 // The ruleset is written in one batch and read back as Install's is; any error means the pod must
-// not go on. exemptUID 0 is refused: root is the setup step's own identity, and no other container
+// not go on, except that one wrapping ErrNoNFTables (a network stack without nf_tables, such as
+// gVisor's) lets the caller install InstallPodXT's tables instead. exemptUID 0 is refused: root is the setup step's own identity, and no other container
 // may share what the gateway is allowed.
 func InstallPod(ports sandbox.EgressPorts, exemptUID uint32) error {
 	if err := ports.Validate(); err != nil {
@@ -106,6 +113,9 @@ func installRules(nsFD int, rs wantRuleset) error {
 	}
 	conn, err := nftables.New(opts...)
 	if err != nil {
+		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
+			return fmt.Errorf("%w: netlink to nf_tables: %w", ErrNoNFTables, err)
+		}
 		return fmt.Errorf("netlink to nf_tables: %w", err)
 	}
 	defer func() { _ = conn.CloseLasting() }()
