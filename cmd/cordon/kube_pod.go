@@ -44,7 +44,7 @@ func (a *app) kubeParse(fs *flag.FlagSet, usage string, args []string) (int, boo
 }
 
 // kubeSetup is the pod's init step: the binary copied for the other images' containers, the
-// redirect installed (root with CAP_NET_ADMIN).
+// redirect installed (root with CAP_NET_ADMIN, and CAP_NET_RAW for gVisor's xtables).
 func (a *app) kubeSetup(args []string) int {
 	const usage = "kube setup [--gateway-uid N] [--copy-to PATH]"
 	fs := a.flags("kube setup", usage)
@@ -57,7 +57,8 @@ func (a *app) kubeSetup(args []string) int {
 		a.errorf("kube setup: --gateway-uid %d is not a uid the redirect can exempt", *uid)
 		return exitUsage
 	}
-	if err := inpod.Setup(context.Background(), inpod.SetupOptions{CopyTo: *copyTo, GatewayUID: uint32(*uid)}); err != nil {
+	if err := inpod.Setup(context.Background(), inpod.SetupOptions{CopyTo: *copyTo, GatewayUID: uint32(*uid),
+		Log: slog.New(slog.NewTextHandler(a.stderr, nil))}); err != nil {
 		a.errorf("kube %v", err)
 		return 1
 	}

@@ -43,11 +43,16 @@ type SetupOptions struct {
 	GatewayUID uint32
 	// Self is the binary to copy; empty means this process's own (/proc/self/exe).
 	Self string
+	// Log receives the line that says which rules were installed (nftables, or xtables where the
+	// network stack has no nf_tables); nil discards it.
+	Log *slog.Logger
 }
 
 // Setup copies the binary to CopyTo (mode 0555, atomically: a container that starts later sees the
 // whole file or none) and then installs the pod's rules in this process's network namespace, which
-// needs CAP_NET_ADMIN there. Any error means the pod must not go on.
+// needs CAP_NET_ADMIN there: nftables, or, where netlink to nf_tables is refused as unsupported (a
+// pod on gVisor, whose netstack has none), the same rules in xtables (netns.InstallPodXT, which
+// also needs CAP_NET_RAW for its raw socket). Any error means the pod must not go on.
 func Setup(ctx context.Context, opts SetupOptions) error {
 	if opts.CopyTo == "" {
 		return errors.New("setup: no path to copy cordon's binary to")
@@ -67,8 +72,18 @@ func Setup(ctx context.Context, opts SetupOptions) error {
 	if err := atomicfile.WriteFrom(opts.CopyTo, f, 0o555); err != nil {
 		return fmt.Errorf("setup: copying cordon's binary: %w", err)
 	}
-	if err := installPod(kubepod.Ports(), opts.GatewayUID); err != nil {
+	how, why, err := installPod(kubepod.Ports(), opts.GatewayUID)
+	if err != nil {
 		return fmt.Errorf("setup: %w", err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if why != nil {
+		log.Info("the pod's redirect is installed", "rules", how, "because", why.Error())
+	} else {
+		log.Info("the pod's redirect is installed", "rules", how)
 	}
 	return nil
 }

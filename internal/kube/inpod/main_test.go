@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "setup":
-		os.Exit(exitOf(Setup(context.Background(), SetupOptions{CopyTo: os.Args[1], GatewayUID: kubepod.GatewayUID})))
+		os.Exit(exitOf(Setup(context.Background(), SetupOptions{CopyTo: os.Args[1], GatewayUID: kubepod.GatewayUID,
+			Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})))
 	case "gateway":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -196,8 +196,13 @@ func (p *testPod) setup(t *testing.T) {
 	defer cancel()
 	cmd := p.pod.Command(ctx, 0, 0, p.bin, p.copy)
 	cmd.Env = append(cmd.Env, envMode+"=setup")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("setup: %v: %s", err, out)
+	}
+	// This kernel has nf_tables, so the rules are nftables, and the log line says so.
+	if !strings.Contains(string(out), "the pod's redirect is installed") || !strings.Contains(string(out), "rules=nftables") {
+		t.Errorf("setup's log says %q, want the line naming nftables", out)
 	}
 }
 
