@@ -158,8 +158,11 @@ func Render(in *Input) (*Objects, error) {
 		RunAsNonRoot:             ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),
 		AllowPrivilegeEscalation: ptr(false),
-		Capabilities:             &Capabilities{Drop: []string{"ALL"}, Add: []string{"NET_ADMIN"}},
-		SeccompProfile:           &SeccompProfile{Type: "RuntimeDefault"},
+		// NET_RAW for gVisor: its netstack has no nf_tables, and the xtables the setup step
+		// installs instead travel on a raw socket (netns.InstallPodXT). The step runs cordon's own
+		// code and exits before any other container starts.
+		Capabilities:   &Capabilities{Drop: []string{"ALL"}, Add: []string{"NET_ADMIN", "NET_RAW"}},
+		SeccompProfile: &SeccompProfile{Type: "RuntimeDefault"},
 	}
 	small := &Resources{Requests: map[string]string{"cpu": "10m", "memory": "32Mi"}}
 

@@ -3,6 +3,7 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,9 +75,9 @@ func TestRenderHoldsTheBoundary(t *testing.T) {
 		}
 		wantAdd := 0
 		if name == ContainerSetup {
-			wantAdd = 1
-			if sc.Capabilities.Add[0] != "NET_ADMIN" {
-				t.Errorf("setup adds %v, want NET_ADMIN only", sc.Capabilities.Add)
+			wantAdd = 2
+			if !slices.Equal(sc.Capabilities.Add, []string{"NET_ADMIN", "NET_RAW"}) {
+				t.Errorf("setup adds %v, want NET_ADMIN and NET_RAW only", sc.Capabilities.Add)
 			}
 		}
 		if len(sc.Capabilities.Add) != wantAdd {

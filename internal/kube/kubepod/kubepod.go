@@ -7,10 +7,11 @@
 //
 // The pod, in the order kubelet starts it:
 //
-//  1. init "setup" (cordon image, root with CAP_NET_ADMIN only): copies cordon's binary to BinDir for
-//     the containers of other images and installs the redirect rules in the pod's network namespace:
-//     every TCP connection and DNS query of every uid but GatewayUID goes to the gateway, anything
-//     else is dropped. It exits before anything else starts.
+//  1. init "setup" (cordon image, root with CAP_NET_ADMIN and CAP_NET_RAW only): copies cordon's
+//     binary to BinDir for the containers of other images and installs the redirect rules in the
+//     pod's network namespace: every TCP connection and DNS query of every uid but GatewayUID goes to
+//     the gateway, anything else is dropped (nftables; on gVisor, whose netstack has none, xtables,
+//     which travel on a raw socket). It exits before anything else starts.
 //  2. init "gateway", a native sidecar (restartPolicy Always; cordon image, GatewayUID): reads
 //     SecretDir/ConfigFile, serves the pod's loopback, writes TrustDir/TrustBundle and then ReadyFile
 //     (its startup probe), and the audit log to AuditDir/AuditFile. The only container holding
