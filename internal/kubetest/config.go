@@ -139,7 +139,10 @@ oom_score = 0
 // runcPath is Debian's runc.
 const runcPath = "/usr/sbin/runc"
 
-// runscConfigText is gVisor's shim configuration: which runsc, its state directory, and its logs.
+// runscConfigText is gVisor's shim configuration: which runsc, its state directory, its logs, and
+// net-raw, without which runsc strips CAP_NET_RAW from every container, so that a cordon pod's setup
+// step could not open the raw socket its xtables rules travel on (netns.InstallPodXT: gVisor's
+// netstack has no nf_tables). Every other container of such a pod drops all capabilities.
 func (l *layout) runscConfigText(runsc string) string {
 	return fmt.Sprintf(`binary_name = %q
 root = %q
@@ -148,6 +151,7 @@ log_level = "info"
 
 [runsc_config]
   debug-log = %q
+  net-raw = "true"
 `, runsc, l.runscRoot, filepath.Join(l.logs, "runsc", "shim-%ID%.log"), filepath.Join(l.logs, "runsc", "%ID%")+"/")
 }
 
