@@ -257,7 +257,7 @@ func TestKubeDeniedAndUnreachable(t *testing.T) {
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(e.cluster.APIServer)
 	script := fmt.Sprintf(`
-try() { if curl -sS -m 5 -k -o /dev/null "$1" 2>/dev/null; then echo "REACHED $1"; else echo "refused $1"; fi; }
+try() { if body=$(curl -sSf -m 5 -k "$1" 2>/dev/null) && [ -n "$body" ]; then echo "REACHED $1: $body"; else echo "refused $1"; fi; }
 try https://denied.test:%d/echo
 try https://%s:%s/version
 try https://%s:10250/pods
@@ -277,8 +277,13 @@ echo done`, e.gitPort, apiHost, apiPort, e.cluster.NodeIP, other)
 	}
 	id := runID(t, stderr)
 	log, err := e.cordonCmd(local, "log", id).CombinedOutput()
-	if err != nil || !strings.Contains(string(log), "denied.test") {
-		t.Fatalf("cordon log has no refusal of denied.test: %v\n%s", err, log)
+	if err != nil {
+		t.Fatalf("cordon log: %v\n%s", err, log)
+	}
+	for _, want := range []string{"denied.test", "169.254.169.254", other, e.cluster.NodeIP + ":10250"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("cordon log has no refusal of %s:\n%s", want, log)
+		}
 	}
 	e.noLeftovers(t, ns, id)
 }
@@ -292,7 +297,7 @@ func TestKubeCredentialStaysInGateway(t *testing.T) {
 	pol := e.policy(t, `credentials:
   - name: API_TOKEN
     from: {env: KUBEE2E_TOKEN}
-    inject: {hosts: [git.test], header: Authorization, scheme: bearer}
+    inject: {host: git.test, scheme: bearer}
 `)
 	t.Setenv("KUBEE2E_TOKEN", real)
 	script := fmt.Sprintf(`set -e
