@@ -46,8 +46,10 @@ type KubeConfig struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	TTY            bool
-	StateDir       string
-	OnWarning      func(Warning)
+	// Resize gives the terminal's size, first as it is, then as it changes (TTY only).
+	Resize    <-chan TermSize
+	StateDir  string
+	OnWarning func(Warning)
 	// Notify receives the gateway's refusals (and allowed hosts it could not reach) as they
 	// happen, one line each.
 	Notify func(line string)
@@ -61,6 +63,9 @@ type KubeConfig struct {
 	// StartTimeout bounds the pod's start (scheduling, images, the clone); 0 is five minutes.
 	StartTimeout time.Duration
 }
+
+// TermSize is a terminal's size in characters.
+type TermSize = kube.TermSize
 
 // KubeExit is how a kubernetes run ended.
 type KubeExit struct {
@@ -197,7 +202,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	}
 	res, runErr := client.Run(ctx, kube.RunOptions{
 		Objects: objs,
-		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY},
+		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY, Resize: cfg.Resize},
 		Notify: func(kind, line string) {
 			switch {
 			case cfg.Notify != nil:

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -21,6 +22,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/creack/pty"
 
 	"github.com/cordon-sandbox/cordon/internal/kubetest"
 	"github.com/cordon-sandbox/cordon/internal/testpki"
@@ -481,4 +484,36 @@ echo gvisor-was-here > gvisor.txt`, e.gitPort)
 		t.Errorf("gvisor.txt after apply: %q", b)
 	}
 	e.noLeftovers(t, ns, id)
+}
+
+// TestKubeTerminal: with a terminal on cordon's stdin the agent gets one in its container, of the
+// local terminal's size, and its output (without the attach hello's echo) reaches the terminal.
+func TestKubeTerminal(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--",
+		"sh", "-c", "test -t 0 && echo has-a-tty; stty size")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 101})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, ptmx); close(copied) }()
+	werr := cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second):
+	}
+	got := out.String()
+	if werr != nil || !strings.Contains(got, "has-a-tty") || !strings.Contains(got, "33 101") {
+		t.Fatalf("cordon: %v\nterminal:\n%q", werr, got)
+	}
+	if strings.Contains(got, "cordon-attach") {
+		t.Errorf("the attach hello reached the terminal:\n%q", got)
+	}
 }
