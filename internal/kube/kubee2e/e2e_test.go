@@ -63,7 +63,7 @@ var (
 func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
 
 // setup starts what the tests share, once.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the test cluster's kubelet and containerd need root")
@@ -75,7 +75,7 @@ func setup(t *testing.T) *env {
 	return shared
 }
 
-func build(t *testing.T) *env {
+func build(t testing.TB) *env {
 	e := &env{seen: &seenHeaders{}}
 	e.cluster = kubetest.Start(t)
 	e.kubeconfig = e.cluster.Kubeconfig
@@ -129,7 +129,7 @@ git init -q -b main seed && cd seed && echo hello > README && printf 'a\nb\nc\n'
 var gitEnv = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
 
 // policy writes a policy file (outside any workspace) allowing git.test at the upstream's port.
-func (e *env) policy(t *testing.T, extra string) string {
+func (e *env) policy(t testing.TB, extra string) string {
 	t.Helper()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, e.ca.PEM, 0o644); err != nil {
@@ -191,7 +191,7 @@ func runID(t *testing.T, stderr string) string {
 }
 
 // localClone is the user's checkout of the repository at main.
-func (e *env) localClone(t *testing.T) string {
+func (e *env) localClone(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "app")
 	c := exec.Command("git", "clone", "-q", filepath.Join(e.gitRoot, "acme/app.git"), dir)
