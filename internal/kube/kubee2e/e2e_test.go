@@ -25,6 +25,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/cordon-sandbox/cordon/internal/creds/githubapp/fakegithub"
 	"github.com/cordon-sandbox/cordon/internal/kubetest"
 	"github.com/cordon-sandbox/cordon/internal/testpki"
 )
@@ -515,5 +516,50 @@ func TestKubeTerminal(t *testing.T) {
 	}
 	if strings.Contains(got, "cordon-attach") {
 		t.Errorf("the attach hello reached the terminal:\n%q", got)
+	}
+}
+
+// TestKubeGitHubAppToken: a GitHub App token is minted by cordon, on this machine, before the pod
+// starts, scoped to the repository the policy names, put into requests by the pod's gateway, and
+// revoked when the run ends; the agent only ever holds its placeholder.
+func TestKubeGitHubAppToken(t *testing.T) {
+	e := setup(t)
+	app := fakegithub.NewApp(t, fakegithub.Options{})
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "app.pem")
+	if err := os.WriteFile(keyFile, app.PrivateKeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := e.localClone(t)
+	pol := e.policy(t, fmt.Sprintf(`credentials:
+  - name: GH_TOKEN
+    from:
+      githubApp: {appId: %d, privateKeyFile: %q, installationId: %d, apiURL: %q,
+                  repositories: [acme/app], permissions: {contents: read}}
+    inject: {host: git.test, scheme: bearer}
+`, app.ID, keyFile, app.InstallationID, app.URL()))
+	ns := e.cluster.Namespace(t)
+	script := fmt.Sprintf(`curl -sS -m 10 -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo; echo "agent-has=$GH_TOKEN"`, e.gitPort)
+	code, out, stderr := e.run(t, local, pol, ns, nil, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	toks := app.Tokens()
+	if len(toks) != 1 {
+		t.Fatalf("the fake issued %d tokens, want 1", len(toks))
+	}
+	tok := toks[0]
+	if len(tok.Repositories) != 1 || tok.Repositories[0] != "acme/app" || tok.Permissions["contents"] != "read" {
+		t.Errorf("token scope: repositories %v, permissions %v", tok.Repositories, tok.Permissions)
+	}
+	if !tok.Revoked {
+		t.Error("the token was not revoked when the run ended")
+	}
+	if strings.Contains(out, tok.Value) || !strings.Contains(out, "agent-has=") {
+		t.Errorf("the real token reached the pod:\n%s", out)
+	}
+	got := e.seen.all()
+	if len(got) == 0 || got[len(got)-1] != "Bearer "+tok.Value {
+		t.Errorf("the upstream saw %q, want the minted token", got)
 	}
 }
