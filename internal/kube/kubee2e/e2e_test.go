@@ -39,8 +39,29 @@ type env struct {
 	gitRoot            string // the bare repositories the git upstream serves
 	gitPort            int    // the git upstream (HTTPS, git http-backend) on every host address
 	seen               *seenHeaders
-	state              string // cordon's state directory
+	private            *tokenCheck // who may fetch /private/ (a GitHub App's tokens)
+	state              string      // cordon's state directory
 	kubeconfig         string
+}
+
+// tokenCheck is the private repository's door: a token it accepts, set by a test.
+type tokenCheck struct {
+	mu    sync.Mutex
+	valid func(token string) bool
+}
+
+func (c *tokenCheck) set(f func(string) bool) { c.mu.Lock(); c.valid = f; c.mu.Unlock() }
+func (c *tokenCheck) ok(r *http.Request) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid == nil {
+		return false
+	}
+	if _, pass, ok := r.BasicAuth(); ok {
+		return c.valid(pass)
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && c.valid(tok)
 }
 
 // seenHeaders records the Authorization headers the upstream received.
@@ -77,7 +98,7 @@ func setup(t testing.TB) *env {
 }
 
 func build(t testing.TB) *env {
-	e := &env{seen: &seenHeaders{}}
+	e := &env{seen: &seenHeaders{}, private: &tokenCheck{}}
 	e.cluster = kubetest.Start(t)
 	e.kubeconfig = e.cluster.Kubeconfig
 	dir, err := os.MkdirTemp("", "cordon-kubee2e-")
@@ -113,6 +134,15 @@ git init -q -b main seed && cd seed && echo hello > README && printf 'a\nb\nc\n'
 		Env: []string{"GIT_PROJECT_ROOT=" + e.gitRoot, "GIT_HTTP_EXPORT_ALL=1"}}
 	mux := http.NewServeMux()
 	mux.Handle("/acme/", backend)
+	mux.HandleFunc("/private/", func(w http.ResponseWriter, r *http.Request) {
+		if !e.private.ok(r) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+			http.Error(w, "a token is needed", http.StatusUnauthorized)
+			return
+		}
+		r.URL.Path = strings.TrimPrefix(r.URL.Path, "/private")
+		backend.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		e.seen.add(r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "echo: %s\n", r.Header.Get("Authorization"))
@@ -539,8 +569,13 @@ func TestKubeGitHubAppToken(t *testing.T) {
     inject: {host: git.test, scheme: bearer}
 `, app.ID, keyFile, app.InstallationID, app.URL()))
 	ns := e.cluster.Namespace(t)
-	script := fmt.Sprintf(`curl -sS -m 10 -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo; echo "agent-has=$GH_TOKEN"`, e.gitPort)
-	code, out, stderr := e.run(t, local, pol, ns, nil, "sh", "-c", script)
+	// The repository is private: the clone step presents the credential's placeholder, the
+	// gateway the minted token.
+	e.private.set(app.Valid)
+	defer e.private.set(nil)
+	privateRepo := fmt.Sprintf("https://git.test:%d/private/acme/app.git", e.gitPort)
+	script := fmt.Sprintf(`cat README; curl -sS -m 10 -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo; echo "agent-has=$GH_TOKEN"`, e.gitPort)
+	code, out, stderr := e.run(t, local, pol, ns, []string{"--repo", privateRepo}, "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
@@ -557,6 +592,9 @@ func TestKubeGitHubAppToken(t *testing.T) {
 	}
 	if strings.Contains(out, tok.Value) || !strings.Contains(out, "agent-has=") {
 		t.Errorf("the real token reached the pod:\n%s", out)
+	}
+	if !strings.Contains(out, "hello") {
+		t.Errorf("the private repository was not cloned:\n%s", out)
 	}
 	got := e.seen.all()
 	if len(got) == 0 || got[len(got)-1] != "Bearer "+tok.Value {
