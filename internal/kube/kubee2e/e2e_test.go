@@ -254,6 +254,16 @@ func TestKubeRunClonesEditsAndApplies(t *testing.T) {
 	if err != nil || !strings.Contains(string(diff), "+world") || !strings.Contains(string(diff), "new.txt") {
 		t.Fatalf("cordon diff: %v\n%s", err, diff)
 	}
+	if out, err := e.cordonCmd(local, "runs").CombinedOutput(); err != nil || !strings.Contains(string(out), id) {
+		t.Fatalf("cordon runs does not list %s: %v\n%s", id, err, out)
+	}
+	if out, err := e.cordonCmd(local, "export", "--branch", "kube-agent", id).CombinedOutput(); err != nil {
+		t.Fatalf("cordon export: %v\n%s", err, out)
+	}
+	show := exec.Command("git", "-C", local, "show", "kube-agent:README")
+	if b, err := show.Output(); err != nil || string(b) != "hello\nworld\n" {
+		t.Fatalf("the exported branch's README: %q %v", b, err)
+	}
 	if out, err := e.cordonCmd(local, "apply", id).CombinedOutput(); err != nil {
 		t.Fatalf("cordon apply: %v\n%s", err, out)
 	}
