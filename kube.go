@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,8 +47,10 @@ type KubeConfig struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	TTY            bool
-	StateDir       string
-	OnWarning      func(Warning)
+	// Resize gives the terminal's size, first as it is, then as it changes (TTY only).
+	Resize    <-chan TermSize
+	StateDir  string
+	OnWarning func(Warning)
 	// Notify receives the gateway's refusals (and allowed hosts it could not reach) as they
 	// happen, one line each.
 	Notify func(line string)
@@ -61,6 +64,9 @@ type KubeConfig struct {
 	// StartTimeout bounds the pod's start (scheduling, images, the clone); 0 is five minutes.
 	StartTimeout time.Duration
 }
+
+// TermSize is a terminal's size in characters.
+type TermSize = kube.TermSize
 
 // KubeExit is how a kubernetes run ended.
 type KubeExit struct {
@@ -178,6 +184,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		RuntimeClass: cmp.Or(cfg.RuntimeClass, k.RuntimeClass),
 		Repo:         cfg.Repo, Ref: cfg.Ref, Args: cfg.Command, Env: agentEnv, TTY: cfg.TTY,
 		Hostname: pol.Sandbox.Hostname, Limits: pol.Limits, PinnedAddrs: pinned,
+		CloneAuth: cloneAuth(pol, cfg.Repo),
 		Config: &kubepod.GatewayConfig{
 			Version: kubepod.Version, RunID: id, PolicyName: cmp.Or(pol.Source, "built-in default"),
 			Policy: policyBytes, Allow: cfg.Allow, Hostname: pol.Sandbox.Hostname,
@@ -197,7 +204,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	}
 	res, runErr := client.Run(ctx, kube.RunOptions{
 		Objects: objs,
-		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY},
+		Streams: kube.Streams{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, TTY: cfg.TTY, Resize: cfg.Resize},
 		Notify: func(kind, line string) {
 			switch {
 			case cfg.Notify != nil:
@@ -373,4 +380,26 @@ func (s Store) CleanKube(ctx context.Context) ([]string, error) {
 		done = append(done, r.Meta.ID)
 	}
 	return done, errors.Join(errs...)
+}
+
+// cloneAuth picks the credential the clone step presents to the repository: the first whose
+// inject hosts cover the repository's host (the gateway puts its real value in).
+func cloneAuth(pol *policy.Policy, repo string) *kube.CloneAuth {
+	u, err := url.Parse(repo)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, c := range pol.Credentials {
+		if c.From.SSHAgent != nil || c.From.AWS != nil {
+			continue
+		}
+		for _, h := range c.Inject.Hosts {
+			h = strings.ToLower(h)
+			if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) {
+				return &kube.CloneAuth{Env: c.Name, Scheme: string(c.Inject.Scheme), Header: c.Inject.Header}
+			}
+		}
+	}
+	return nil
 }

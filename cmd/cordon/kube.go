@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/term"
@@ -106,9 +108,41 @@ func (a *app) runKube(ctx context.Context, policyPath, wsDir string, keep bool, 
 		}
 	}()
 	tty := isTerminal(a.stdin)
+	var resize chan cordon.TermSize
+	if tty {
+		// As kubectl attach -t: the local terminal raw (its keys go to the pod's terminal, which
+		// echoes and edits), and its size sent now and on every change.
+		fd := int(a.stdin.Fd())
+		if old, err := term.MakeRaw(fd); err == nil {
+			defer term.Restore(fd, old)
+		}
+		resize = make(chan cordon.TermSize, 4)
+		send := func() {
+			if w, h, err := term.GetSize(fd); err == nil {
+				select {
+				case resize <- cordon.TermSize{Width: uint16(w), Height: uint16(h)}:
+				default:
+				}
+			}
+		}
+		send()
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-winch:
+					send()
+				}
+			}
+		}()
+	}
 	out, err := cordon.RunKube(ctx, cordon.KubeConfig{
 		Policy: pol, Allow: rf.allowRaw, Workspace: project, Name: rf.name, Command: argv, Env: a.env, Keep: keep,
-		Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr, TTY: tty,
+		Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr, TTY: tty, Resize: resize,
 		StateDir:   a.store().Dir,
 		OnWarning:  a.printWarning,
 		Notify:     func(line string) { fmt.Fprintf(a.stderr, "cordon: %s\n", line) },

@@ -39,6 +39,9 @@ func (a *app) kubeClone(args []string) int {
 	repo := fs.String("repo", "", "the repository's `URL`")
 	ref := fs.String("ref", "", "the branch, tag or commit to check out")
 	dir := fs.String("dir", kubepod.Checkout, "the working tree to make")
+	authEnv := fs.String("auth-env", "", "send the placeholder in environment variable `NAME` to the repository (the gateway swaps the real value in)")
+	authScheme := fs.String("auth-scheme", "bearer", "with --auth-env: `bearer` or basic")
+	authHeader := fs.String("auth-header", "", "with --auth-env: send it in header `NAME` instead of Authorization")
 	if code, ok := a.parse(fs, kubeCloneUsage, args); !ok {
 		return code
 	}
@@ -46,7 +49,16 @@ func (a *app) kubeClone(args []string) int {
 		a.errorf("kube clone: --repo and --ref are required, and nothing else (usage: cordon %s)", kubeCloneUsage)
 		return exitUsage
 	}
-	if _, err := inpod.Clone(context.Background(), inpod.CloneOptions{Repo: *repo, Ref: *ref, Dir: *dir, Env: a.env, Stdout: a.stdout}); err != nil {
+	var auth string
+	if *authEnv != "" {
+		ph := a.getenv(*authEnv)
+		if ph == "" {
+			a.errorf("kube clone: --auth-env %s: the variable is not set", *authEnv)
+			return exitUsage
+		}
+		auth = inpod.AuthHeader(ph, *authScheme, *authHeader)
+	}
+	if _, err := inpod.Clone(context.Background(), inpod.CloneOptions{Repo: *repo, Ref: *ref, Dir: *dir, Env: a.env, Stdout: a.stdout, Auth: auth}); err != nil {
 		a.errorf("kube clone: %v", err)
 		return 1
 	}

@@ -135,6 +135,9 @@ type Options struct {
 	// the writer, and past maxPending queued the log drops events (counted in Summary.Dropped) as it
 	// does for a slow disk, so it must not block for long.
 	OnEvent func(Event)
+	// GroupReadable makes the file 0640 instead of 0600: for a log that a reader of the writer's
+	// group collects (the Kubernetes pod's keeper).
+	GroupReadable bool
 }
 
 // NewLog creates (or appends to) the log at path with mode 0600 and the default options.
@@ -143,7 +146,11 @@ func NewLog(path string) (*Log, error) { return NewLogWith(path, Options{}) }
 // NewLogWith creates (or appends to) the log at path with mode 0600. It refuses a symbolic link or
 // anything but a regular file there, so the log cannot be pointed at another file.
 func NewLogWith(path string, opts Options) (*Log, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	mode := os.FileMode(0o600)
+	if opts.GroupReadable {
+		mode = 0o640
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
@@ -153,7 +160,7 @@ func NewLogWith(path string, opts Options) (*Log, error) {
 	}
 	if err == nil {
 		// An existing file keeps its mode on open; the log may hold names the user considers private.
-		err = f.Chmod(0o600)
+		err = f.Chmod(mode)
 	}
 	if err != nil {
 		f.Close()

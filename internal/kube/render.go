@@ -60,9 +60,15 @@ type Input struct {
 	// PinnedAddrs are the addresses the policy pins names to (network.hosts): the NetworkPolicy
 	// lets the pod reach them even in private ranges.
 	PinnedAddrs []string
+	// CloneAuth, when set, has the clone step send a credential's placeholder to the repository.
+	CloneAuth *CloneAuth
 	// Config is the gateway's configuration; nil renders the Secret without data (cordon kube render).
 	Config *kubepod.GatewayConfig
 }
+
+// CloneAuth names the credential the clone step presents to the repository: the variable with its
+// placeholder and how it is sent (the credential's inject scheme or header).
+type CloneAuth struct{ Env, Scheme, Header string }
 
 // Objects are one run's Kubernetes objects.
 type Objects struct {
@@ -199,7 +205,7 @@ func Render(in *Input) (*Objects, error) {
 		},
 		{
 			Name: ContainerClone, Image: in.Image, ImagePullPolicy: "IfNotPresent",
-			Command:                  args(bin, kubepod.CloneArgs, "--repo", in.Repo, "--ref", ref, "--dir", kubepod.Checkout),
+			Command:                  cloneArgs(args(bin, kubepod.CloneArgs, "--repo", in.Repo, "--ref", ref, "--dir", kubepod.Checkout), in.CloneAuth),
 			WorkingDir:               kubepod.WorkspaceDir,
 			Env:                      env,
 			SecurityContext:          agentSec,
@@ -427,3 +433,17 @@ func toAny(m map[string]string) map[string]any {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func cloneArgs(base []string, a *CloneAuth) []string {
+	if a == nil {
+		return base
+	}
+	base = append(base, "--auth-env", a.Env)
+	if a.Scheme != "" {
+		base = append(base, "--auth-scheme", a.Scheme)
+	}
+	if a.Header != "" {
+		base = append(base, "--auth-header", a.Header)
+	}
+	return base
+}

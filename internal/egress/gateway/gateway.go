@@ -53,6 +53,8 @@ type Config struct {
 	Hostname string
 	// AuditPath is the run's audit log (JSON lines).
 	AuditPath string
+	// AuditGroupReadable makes the audit log readable by the gateway's group (audit.Options).
+	AuditGroupReadable bool
 	// AuditMaxBytes caps the audit log (the run's share of limits.disk); 0 means audit.DefaultMaxBytes.
 	AuditMaxBytes int64
 	// OnEvent receives each event as the audit log writes it (audit.Options.OnEvent), never after
@@ -207,7 +209,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, errors.New("gateway: the roots given hold no PEM certificate")
 		}
 	}
-	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent})
+	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent, GroupReadable: cfg.AuditGroupReadable})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}

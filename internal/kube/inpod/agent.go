@@ -213,7 +213,7 @@ func makePatch(ctx context.Context, o AgentOptions) error {
 	if _, err := g.run(ctx, "add", "-A"); err != nil {
 		return fmt.Errorf("making the patch: %w", err)
 	}
-	f, err := os.CreateTemp(o.OutDir, ".patch-")
+	f, err := createResult(o.OutDir, ".patch-")
 	if err != nil {
 		return fmt.Errorf("making the patch: %w", err)
 	}
@@ -239,7 +239,7 @@ func writeStatus(dir string, st *kubepod.Status) error {
 	if err != nil {
 		return fmt.Errorf("agent: encoding the status: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".status-")
+	f, err := createResult(dir, ".status-")
 	if err != nil {
 		return fmt.Errorf("agent: writing the status: %w", err)
 	}
@@ -278,4 +278,19 @@ func startError(err error) int {
 		return exitNotFound
 	}
 	return exitNotExec
+}
+
+// createResult makes a temporary file in the out directory that the keeper (another uid, in the
+// pod's fsGroup, which owns every file of the pod's volumes) can read.
+func createResult(dir, pattern string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o640); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }

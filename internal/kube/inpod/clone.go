@@ -10,6 +10,7 @@ package inpod
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,24 @@ type CloneOptions struct {
 	// through the API.
 	Stdout         io.Writer
 	TerminationLog string
+	// Auth, when set, is an HTTP header ("Authorization: Bearer PLACEHOLDER") git sends to the
+	// repository: it holds a credential's placeholder, which the pod's gateway replaces with the
+	// real value on the way out, as it does for the agent's own requests.
+	Auth string
+}
+
+// AuthHeader is the header Clone sends for a credential whose placeholder is placeholder: the
+// credential's own header, else Authorization with its scheme (basic as git hosts take a token:
+// x-access-token and the token as the password).
+func AuthHeader(placeholder, scheme, header string) string {
+	switch {
+	case header != "":
+		return header + ": " + placeholder
+	case scheme == "basic":
+		return "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+placeholder))
+	default:
+		return "Authorization: Bearer " + placeholder
+	}
 }
 
 // Clone makes Dir a git repository holding the commit Ref names in Repo, checked out detached, and
@@ -79,7 +98,12 @@ func clone(ctx context.Context, o CloneOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	g := &gitRunner{path: gitPath, env: gitEnv(o.Env), dir: o.Dir,
+	env := gitEnv(o.Env)
+	if o.Auth != "" {
+		// For this step's git only: the header is in no file of the checkout.
+		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0="+o.Auth)
+	}
+	g := &gitRunner{path: gitPath, env: env, dir: o.Dir,
 		flags: []string{"-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false"}}
 	// No template: git's sample hooks are not copied, and nothing else of the image's git share.
 	if _, err := g.run(ctx, "init", "-q", "--template="); err != nil {

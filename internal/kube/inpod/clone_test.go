@@ -230,3 +230,16 @@ func TestCloneEnvironment(t *testing.T) {
 		}
 	})
 }
+
+func TestAuthHeader(t *testing.T) {
+	for _, tc := range []struct{ scheme, header, want string }{
+		{"bearer", "", "Authorization: Bearer PH"},
+		{"", "", "Authorization: Bearer PH"},
+		{"basic", "", "Authorization: Basic eC1hY2Nlc3MtdG9rZW46UEg="},
+		{"", "X-Api-Key", "X-Api-Key: PH"},
+	} {
+		if got := AuthHeader("PH", tc.scheme, tc.header); got != tc.want {
+			t.Errorf("AuthHeader(%q, %q) = %q, want %q", tc.scheme, tc.header, got, tc.want)
+		}
+	}
+}

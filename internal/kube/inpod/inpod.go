@@ -254,7 +254,9 @@ func build(ctx context.Context, cfg *kubepod.GatewayConfig, opts GatewayOptions)
 	gcfg := gateway.Config{
 		Network: pol.Network, Hostname: hostname,
 		AuditPath: filepath.Join(opts.AuditDir, kubepod.AuditFile), AuditMaxBytes: cfg.AuditMaxBytes,
-		Notify: out.kind(kubepod.LineNotice), NotifyUpstream: out.kind(kubepod.LineUpstream),
+		// The keeper reads it through the pod's fsGroup, the group every file in the pod's volumes has.
+		AuditGroupReadable: true,
+		Notify:             out.kind(kubepod.LineNotice), NotifyUpstream: out.kind(kubepod.LineUpstream),
 		LookupNetIP: opts.LookupNetIP, Roots: cfg.Roots,
 	}
 	if len(cfg.CAFile) > 0 {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -22,6 +23,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/creack/pty"
+
+	"github.com/cordon-sandbox/cordon/internal/creds/githubapp/fakegithub"
 	"github.com/cordon-sandbox/cordon/internal/kubetest"
 	"github.com/cordon-sandbox/cordon/internal/testpki"
 )
@@ -35,8 +39,29 @@ type env struct {
 	gitRoot            string // the bare repositories the git upstream serves
 	gitPort            int    // the git upstream (HTTPS, git http-backend) on every host address
 	seen               *seenHeaders
-	state              string // cordon's state directory
+	private            *tokenCheck // who may fetch /private/ (a GitHub App's tokens)
+	state              string      // cordon's state directory
 	kubeconfig         string
+}
+
+// tokenCheck is the private repository's door: a token it accepts, set by a test.
+type tokenCheck struct {
+	mu    sync.Mutex
+	valid func(token string) bool
+}
+
+func (c *tokenCheck) set(f func(string) bool) { c.mu.Lock(); c.valid = f; c.mu.Unlock() }
+func (c *tokenCheck) ok(r *http.Request) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid == nil {
+		return false
+	}
+	if _, pass, ok := r.BasicAuth(); ok {
+		return c.valid(pass)
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && c.valid(tok)
 }
 
 // seenHeaders records the Authorization headers the upstream received.
@@ -60,7 +85,7 @@ var (
 func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }
 
 // setup starts what the tests share, once.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the test cluster's kubelet and containerd need root")
@@ -72,8 +97,8 @@ func setup(t *testing.T) *env {
 	return shared
 }
 
-func build(t *testing.T) *env {
-	e := &env{seen: &seenHeaders{}}
+func build(t testing.TB) *env {
+	e := &env{seen: &seenHeaders{}, private: &tokenCheck{}}
 	e.cluster = kubetest.Start(t)
 	e.kubeconfig = e.cluster.Kubeconfig
 	dir, err := os.MkdirTemp("", "cordon-kubee2e-")
@@ -109,6 +134,15 @@ git init -q -b main seed && cd seed && echo hello > README && printf 'a\nb\nc\n'
 		Env: []string{"GIT_PROJECT_ROOT=" + e.gitRoot, "GIT_HTTP_EXPORT_ALL=1"}}
 	mux := http.NewServeMux()
 	mux.Handle("/acme/", backend)
+	mux.HandleFunc("/private/", func(w http.ResponseWriter, r *http.Request) {
+		if !e.private.ok(r) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+			http.Error(w, "a token is needed", http.StatusUnauthorized)
+			return
+		}
+		r.URL.Path = strings.TrimPrefix(r.URL.Path, "/private")
+		backend.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		e.seen.add(r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "echo: %s\n", r.Header.Get("Authorization"))
@@ -126,7 +160,7 @@ git init -q -b main seed && cd seed && echo hello > README && printf 'a\nb\nc\n'
 var gitEnv = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t"}
 
 // policy writes a policy file (outside any workspace) allowing git.test at the upstream's port.
-func (e *env) policy(t *testing.T, extra string) string {
+func (e *env) policy(t testing.TB, extra string) string {
 	t.Helper()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, e.ca.PEM, 0o644); err != nil {
@@ -188,7 +222,7 @@ func runID(t *testing.T, stderr string) string {
 }
 
 // localClone is the user's checkout of the repository at main.
-func (e *env) localClone(t *testing.T) string {
+func (e *env) localClone(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "app")
 	c := exec.Command("git", "clone", "-q", filepath.Join(e.gitRoot, "acme/app.git"), dir)
@@ -219,6 +253,16 @@ func TestKubeRunClonesEditsAndApplies(t *testing.T) {
 	diff, err := e.cordonCmd(local, "diff", id).CombinedOutput()
 	if err != nil || !strings.Contains(string(diff), "+world") || !strings.Contains(string(diff), "new.txt") {
 		t.Fatalf("cordon diff: %v\n%s", err, diff)
+	}
+	if out, err := e.cordonCmd(local, "runs").CombinedOutput(); err != nil || !strings.Contains(string(out), id) {
+		t.Fatalf("cordon runs does not list %s: %v\n%s", id, err, out)
+	}
+	if out, err := e.cordonCmd(local, "export", "--branch", "kube-agent", id).CombinedOutput(); err != nil {
+		t.Fatalf("cordon export: %v\n%s", err, out)
+	}
+	show := exec.Command("git", "-C", local, "show", "kube-agent:README")
+	if b, err := show.Output(); err != nil || string(b) != "hello\nworld\n" {
+		t.Fatalf("the exported branch's README: %q %v", b, err)
 	}
 	if out, err := e.cordonCmd(local, "apply", id).CombinedOutput(); err != nil {
 		t.Fatalf("cordon apply: %v\n%s", err, out)
@@ -257,7 +301,7 @@ func TestKubeDeniedAndUnreachable(t *testing.T) {
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(e.cluster.APIServer)
 	script := fmt.Sprintf(`
-try() { if curl -sS -m 5 -k -o /dev/null "$1" 2>/dev/null; then echo "REACHED $1"; else echo "refused $1"; fi; }
+try() { if body=$(curl -sSf -m 5 -k "$1" 2>/dev/null) && [ -n "$body" ]; then echo "REACHED $1: $body"; else echo "refused $1"; fi; }
 try https://denied.test:%d/echo
 try https://%s:%s/version
 try https://%s:10250/pods
@@ -277,8 +321,13 @@ echo done`, e.gitPort, apiHost, apiPort, e.cluster.NodeIP, other)
 	}
 	id := runID(t, stderr)
 	log, err := e.cordonCmd(local, "log", id).CombinedOutput()
-	if err != nil || !strings.Contains(string(log), "denied.test") {
-		t.Fatalf("cordon log has no refusal of denied.test: %v\n%s", err, log)
+	if err != nil {
+		t.Fatalf("cordon log: %v\n%s", err, log)
+	}
+	for _, want := range []string{"denied.test", "169.254.169.254", other, e.cluster.NodeIP + ":10250"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("cordon log has no refusal of %s:\n%s", want, log)
+		}
 	}
 	e.noLeftovers(t, ns, id)
 }
@@ -292,7 +341,7 @@ func TestKubeCredentialStaysInGateway(t *testing.T) {
 	pol := e.policy(t, `credentials:
   - name: API_TOKEN
     from: {env: KUBEE2E_TOKEN}
-    inject: {hosts: [git.test], header: Authorization, scheme: bearer}
+    inject: {host: git.test, scheme: bearer}
 `)
 	t.Setenv("KUBEE2E_TOKEN", real)
 	script := fmt.Sprintf(`set -e
@@ -476,4 +525,89 @@ echo gvisor-was-here > gvisor.txt`, e.gitPort)
 		t.Errorf("gvisor.txt after apply: %q", b)
 	}
 	e.noLeftovers(t, ns, id)
+}
+
+// TestKubeTerminal: with a terminal on cordon's stdin the agent gets one in its container, of the
+// local terminal's size, and its output (without the attach hello's echo) reaches the terminal.
+func TestKubeTerminal(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "")
+	ns := e.cluster.Namespace(t)
+	cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--",
+		"sh", "-c", "test -t 0 && echo has-a-tty; stty size")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 101})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, ptmx); close(copied) }()
+	werr := cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second):
+	}
+	got := out.String()
+	if werr != nil || !strings.Contains(got, "has-a-tty") || !strings.Contains(got, "33 101") {
+		t.Fatalf("cordon: %v\nterminal:\n%q", werr, got)
+	}
+	if strings.Contains(got, "cordon-attach") {
+		t.Errorf("the attach hello reached the terminal:\n%q", got)
+	}
+}
+
+// TestKubeGitHubAppToken: a GitHub App token is minted by cordon, on this machine, before the pod
+// starts, scoped to the repository the policy names, put into requests by the pod's gateway, and
+// revoked when the run ends; the agent only ever holds its placeholder.
+func TestKubeGitHubAppToken(t *testing.T) {
+	e := setup(t)
+	app := fakegithub.NewApp(t, fakegithub.Options{})
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "app.pem")
+	if err := os.WriteFile(keyFile, app.PrivateKeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := e.localClone(t)
+	pol := e.policy(t, fmt.Sprintf(`credentials:
+  - name: GH_TOKEN
+    from:
+      githubApp: {appId: %d, privateKeyFile: %q, installationId: %d, apiURL: %q,
+                  repositories: [acme/app], permissions: {contents: read}}
+    inject: {host: git.test, scheme: bearer}
+`, app.ID, keyFile, app.InstallationID, app.URL()))
+	ns := e.cluster.Namespace(t)
+	// The repository is private: the clone step presents the credential's placeholder, the
+	// gateway the minted token.
+	e.private.set(app.Valid)
+	defer e.private.set(nil)
+	privateRepo := fmt.Sprintf("https://git.test:%d/private/acme/app.git", e.gitPort)
+	script := fmt.Sprintf(`cat README; curl -sS -m 10 -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo; echo "agent-has=$GH_TOKEN"`, e.gitPort)
+	code, out, stderr := e.run(t, local, pol, ns, []string{"--repo", privateRepo}, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	toks := app.Tokens()
+	if len(toks) != 1 {
+		t.Fatalf("the fake issued %d tokens, want 1", len(toks))
+	}
+	tok := toks[0]
+	if len(tok.Repositories) != 1 || tok.Repositories[0] != "acme/app" || tok.Permissions["contents"] != "read" {
+		t.Errorf("token scope: repositories %v, permissions %v", tok.Repositories, tok.Permissions)
+	}
+	if !tok.Revoked {
+		t.Error("the token was not revoked when the run ended")
+	}
+	if strings.Contains(out, tok.Value) || !strings.Contains(out, "agent-has=") {
+		t.Errorf("the real token reached the pod:\n%s", out)
+	}
+	if !strings.Contains(out, "hello") {
+		t.Errorf("the private repository was not cloned:\n%s", out)
+	}
+	got := e.seen.all()
+	if len(got) == 0 || got[len(got)-1] != "Bearer "+tok.Value {
+		t.Errorf("the upstream saw %q, want the minted token", got)
+	}
 }
