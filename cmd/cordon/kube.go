@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/term"
@@ -210,7 +212,7 @@ func (a *app) kubeRender(args []string) int {
 	const usage = "kube render [--policy FILE] [--sandbox-template] --image IMAGE --cordon-image IMAGE --repo URL [--ref REF] -- COMMAND [ARG...]"
 	fl := a.flags("kube render", usage)
 	policyFlag := fl.String("policy", "", "policy `file`")
-	template := fl.Bool("sandbox-template", false, "also print agent-sandbox's SandboxTemplate of the pod")
+	template := fl.Bool("sandbox-template", false, "also print agent-sandbox's SandboxTemplate of the pod (without it: when the kubeconfig's cluster serves agent-sandbox's CRDs)")
 	var rf runFlags
 	rf.kube.register(&rf, fl)
 	if code, ok := a.parse(fl, usage, args); !ok {
@@ -257,6 +259,9 @@ func (a *app) kubeRender(args []string) int {
 		return exitCordon
 	}
 	docs := []any{objs.Secret, objs.NetworkPolicy, objs.Pod}
+	if !*template {
+		*template = a.clusterHasSandboxTemplates(rf.kube)
+	}
 	if *template {
 		t, err := kube.SandboxTemplate(objs)
 		if err != nil {
@@ -290,14 +295,41 @@ func toYAML(v any) ([]byte, error) {
 	if err := yaml.Unmarshal(j, &node); err != nil {
 		return nil, err
 	}
-	// JSON is YAML in flow style: render it in block style, as kubectl prints objects.
+	// JSON is YAML in flow style with every string quoted: render it in block style with plain
+	// scalars, as kubectl prints objects (the encoder still quotes a string that would read as
+	// another type).
 	var clear func(n *yaml.Node)
 	clear = func(n *yaml.Node) {
-		n.Style &^= yaml.FlowStyle
+		n.Style = 0
 		for _, c := range n.Content {
 			clear(c)
 		}
 	}
 	clear(&node)
-	return yaml.Marshal(&node)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&node); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// clusterHasSandboxTemplates reports whether the kubeconfig's cluster serves agent-sandbox's
+// SandboxTemplate, asked briefly: render works offline, so an unreachable cluster is a no.
+func (a *app) clusterHasSandboxTemplates(k kubeFlags) bool {
+	c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.kubeconfig, Context: k.context, Namespace: k.namespace, Getenv: a.getenv})
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ok, err := c.HasAPI(ctx, "extensions.agents.x-k8s.io/v1alpha1")
+	if err != nil {
+		fmt.Fprintf(a.stderr, "cordon: kube render: asking the cluster for agent-sandbox's SandboxTemplate: %v (rendering without it)\n", err)
+	}
+	return err == nil && ok
 }

@@ -611,3 +611,61 @@ func TestKubeGitHubAppToken(t *testing.T) {
 		t.Errorf("the upstream saw %q, want the minted token", got)
 	}
 }
+
+// TestKubeRenderSandboxTemplate: on a cluster that serves agent-sandbox's SandboxTemplate (a CRD of
+// that group and kind, installed here with an open schema), cordon kube render adds the template of
+// its pod by itself, and the API server takes it.
+func TestKubeRenderSandboxTemplate(t *testing.T) {
+	e := setup(t)
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(e.cluster.Kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	const crd = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: sandboxtemplates.extensions.agents.x-k8s.io}
+spec:
+  group: extensions.agents.x-k8s.io
+  scope: Namespaced
+  names: {plural: sandboxtemplates, singular: sandboxtemplate, kind: SandboxTemplate}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+	kubectl(crd, "apply", "-f", "-")
+	t.Cleanup(func() { kubectl("", "delete", "crd", "sandboxtemplates.extensions.agents.x-k8s.io", "--wait=false") })
+	kubectl("", "wait", "--for=condition=Established", "--timeout=30s", "crd/sandboxtemplates.extensions.agents.x-k8s.io")
+	// Established comes a moment before the group's discovery document is served.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := exec.Command(e.cluster.Kubectl, "--kubeconfig", e.kubeconfig, "get", "--raw", "/apis/extensions.agents.x-k8s.io/v1alpha1").Run()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the CRD's group is not served: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ns := e.cluster.Namespace(t)
+	render := e.cordonCmd(t.TempDir(), "kube", "render", "--policy", e.policy(t, ""), "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "true")
+	yaml, err := render.Output()
+	if err != nil {
+		t.Fatalf("cordon kube render: %v", err)
+	}
+	if !strings.Contains(string(yaml), "kind: SandboxTemplate") {
+		t.Fatalf("no SandboxTemplate in the rendering although the cluster serves it:\n%s", yaml)
+	}
+	out := kubectl(string(yaml), "create", "--dry-run=server", "-o", "name", "-f", "-")
+	if !strings.Contains(out, "sandboxtemplate.extensions.agents.x-k8s.io/") {
+		t.Errorf("kubectl created no SandboxTemplate:\n%s", out)
+	}
+}
