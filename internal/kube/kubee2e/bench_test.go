@@ -52,8 +52,7 @@ func BenchmarkKubeRunAgainstPod(b *testing.B) {
 		d1 := time.Since(start).Seconds()
 
 		start = time.Now()
-		cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
-			"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "true")
+		cmd := e.runCmd(local, pol, ns, nil, "true")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("cordon: %v\n%s", err, out)
 		}

@@ -190,13 +190,18 @@ func (e *env) cordonCmd(dir string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// runCmd is `cordon run --backend kubernetes` of agent in dir, with the test's images and
+// repository (extra flags after them, so they may override).
+func (e *env) runCmd(dir, pol, ns string, extra []string, agent ...string) *exec.Cmd {
+	args := append([]string{"run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
+		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--ref", "main"}, extra...)
+	return e.cordonCmd(dir, append(append(args, "--"), agent...)...)
+}
+
 // run runs an agent command on the cluster and returns cordon's exit code, stdout and stderr.
 func (e *env) run(t *testing.T, dir, pol, ns string, extra []string, agent ...string) (int, string, string) {
 	t.Helper()
-	args := append([]string{"run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
-		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--ref", "main"}, extra...)
-	args = append(append(args, "--"), agent...)
-	cmd := e.cordonCmd(dir, args...)
+	cmd := e.runCmd(dir, pol, ns, extra, agent...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -375,8 +380,7 @@ func TestKubeKilledCordonIsCleanedByGC(t *testing.T) {
 	local := e.localClone(t)
 	pol := e.policy(t, "")
 	ns := e.cluster.Namespace(t)
-	cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
-		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--", "sleep", "600")
+	cmd := e.runCmd(local, pol, ns, nil, "sleep", "600")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
@@ -534,9 +538,7 @@ func TestKubeTerminal(t *testing.T) {
 	local := e.localClone(t)
 	pol := e.policy(t, "")
 	ns := e.cluster.Namespace(t)
-	cmd := e.cordonCmd(local, "run", "--backend", "kubernetes", "--policy", pol, "--namespace", ns,
-		"--image", e.image, "--cordon-image", e.cordonImage, "--repo", e.repo(), "--",
-		"sh", "-c", "test -t 0 && echo has-a-tty; stty size")
+	cmd := e.runCmd(local, pol, ns, nil, "sh", "-c", "test -t 0 && echo has-a-tty; stty size")
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 101})
 	if err != nil {
 		t.Fatal(err)

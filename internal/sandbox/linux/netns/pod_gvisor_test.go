@@ -241,22 +241,9 @@ func newGVisorPod(t *testing.T) *gvisorPod {
 	g.serveOutside(t)
 	if err := out.Do(func() error {
 		for _, a := range []netip.Addr{outAddr4, outAddr6} {
-			pc, err := net.ListenPacket("udp", netip.AddrPortFrom(a, dropPort).String())
-			if err != nil {
+			if err := udpEcho(t, netip.AddrPortFrom(a, dropPort), g.dropHits); err != nil {
 				return err
 			}
-			t.Cleanup(func() { _ = pc.Close() })
-			go func() {
-				buf := make([]byte, 512)
-				for {
-					n, from, err := pc.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					g.dropHits.Add(1)
-					_, _ = pc.WriteTo(append([]byte("outside udp "), buf[:n]...), from)
-				}
-			}()
 		}
 		return nil
 	}); err != nil {

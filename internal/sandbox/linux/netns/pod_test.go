@@ -117,22 +117,9 @@ func (p *podNet) serveOutside(t *testing.T) {
 						}()
 					}
 				}()
-				pc, err := net.ListenPacket("udp", netip.AddrPortFrom(a, ports[1]).String())
-				if err != nil {
+				if err := udpEcho(t, netip.AddrPortFrom(a, ports[1]), p.outHits); err != nil {
 					return err
 				}
-				t.Cleanup(func() { _ = pc.Close() })
-				go func() {
-					buf := make([]byte, 512)
-					for {
-						n, from, err := pc.ReadFrom(buf)
-						if err != nil {
-							return
-						}
-						p.outHits.Add(1)
-						_, _ = pc.WriteTo(append([]byte("outside udp "), buf[:n]...), from)
-					}
-				}()
 			}
 		}
 		var err error
@@ -507,4 +494,26 @@ func TestListenersHere(t *testing.T) {
 	if _, err := ListenersHere(sandbox.EgressPorts{}); err == nil {
 		t.Error("ListenersHere took bad ports")
 	}
+}
+
+// udpEcho answers every datagram to at with "outside udp " and what it said, counting them in hits,
+// until the test ends.
+func udpEcho(t *testing.T, at netip.AddrPort, hits *atomic.Int64) error {
+	pc, err := net.ListenPacket("udp", at.String())
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { _ = pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			_, _ = pc.WriteTo(append([]byte("outside udp "), buf[:n]...), from)
+		}
+	}()
+	return nil
 }
