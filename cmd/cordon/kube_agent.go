@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/kube/inpod"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
@@ -39,6 +40,7 @@ func (a *app) kubeClone(args []string) int {
 	repo := fs.String("repo", "", "the repository's `URL`")
 	ref := fs.String("ref", "", "the branch, tag or commit to check out")
 	dir := fs.String("dir", kubepod.Checkout, "the working tree to make")
+	waitReady := fs.String("wait-ready", "", "first wait until the gateway's ready file is in `DIR` (the trust directory)")
 	authEnv := fs.String("auth-env", "", "send the placeholder in environment variable `NAME` to the repository (the gateway swaps the real value in)")
 	authScheme := fs.String("auth-scheme", "bearer", "with --auth-env: `bearer` or basic")
 	authHeader := fs.String("auth-header", "", "with --auth-env: send it in header `NAME` instead of Authorization")
@@ -48,6 +50,12 @@ func (a *app) kubeClone(args []string) int {
 	if *repo == "" || *ref == "" || fs.NArg() > 0 {
 		a.errorf("kube clone: --repo and --ref are required, and nothing else (usage: cordon %s)", kubeCloneUsage)
 		return exitUsage
+	}
+	if *waitReady != "" {
+		if err := inpod.WaitReady(context.Background(), *waitReady, 2*time.Minute); err != nil {
+			a.errorf("kube clone: %v", err)
+			return 1
+		}
 	}
 	var auth string
 	if *authEnv != "" {

@@ -89,7 +89,6 @@ type Container struct {
 	Ports                    []ContainerPort  `json:"ports,omitempty"`
 	Resources                *Resources       `json:"resources,omitempty"`
 	VolumeMounts             []VolumeMount    `json:"volumeMounts,omitempty"`
-	StartupProbe             *Probe           `json:"startupProbe,omitempty"`
 	RestartPolicy            *string          `json:"restartPolicy,omitempty"`
 	SecurityContext          *SecurityContext `json:"securityContext,omitempty"`
 	Stdin                    bool             `json:"stdin,omitempty"`
@@ -123,19 +122,6 @@ type VolumeMount struct {
 	MountPath string `json:"mountPath"`
 	SubPath   string `json:"subPath,omitempty"`
 	ReadOnly  bool   `json:"readOnly,omitempty"`
-}
-
-// Probe is the gateway's startup probe.
-type Probe struct {
-	Exec             *ExecAction `json:"exec,omitempty"`
-	PeriodSeconds    int32       `json:"periodSeconds,omitempty"`
-	FailureThreshold int32       `json:"failureThreshold,omitempty"`
-	TimeoutSeconds   int32       `json:"timeoutSeconds,omitempty"`
-}
-
-// ExecAction runs a command in the container.
-type ExecAction struct {
-	Command []string `json:"command"`
 }
 
 // SecurityContext is a container's.

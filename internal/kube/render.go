@@ -192,10 +192,6 @@ func Render(in *Input) (*Objects, error) {
 				mnt(volTrust, kubepod.TrustDir, false),
 				mnt(volAudit, kubepod.AuditDir, false),
 			},
-			StartupProbe: &Probe{
-				Exec:          &ExecAction{Command: args(cordon, kubepod.ReadyArgs)},
-				PeriodSeconds: 1, FailureThreshold: 60, TimeoutSeconds: 5,
-			},
 			Ports: []ContainerPort{
 				{Name: "transparent", ContainerPort: tp, Protocol: "TCP"},
 				{Name: "proxy", ContainerPort: pp, Protocol: "TCP"},
@@ -205,7 +201,7 @@ func Render(in *Input) (*Objects, error) {
 		},
 		{
 			Name: ContainerClone, Image: in.Image, ImagePullPolicy: "IfNotPresent",
-			Command:                  cloneArgs(args(bin, kubepod.CloneArgs, "--repo", in.Repo, "--ref", ref, "--dir", kubepod.Checkout), in.CloneAuth),
+			Command:                  cloneArgs(args(bin, kubepod.CloneArgs, "--wait-ready", kubepod.TrustDir, "--repo", in.Repo, "--ref", ref, "--dir", kubepod.Checkout), in.CloneAuth),
 			WorkingDir:               kubepod.WorkspaceDir,
 			Env:                      env,
 			SecurityContext:          agentSec,

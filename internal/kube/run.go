@@ -327,9 +327,6 @@ func (c *Client) waitingFor(ctx context.Context, name string) string {
 			if w := s.State.Waiting; w != nil {
 				return fmt.Sprintf(" (%s is waiting: %s %s)", s.Name, w.Reason, w.Message)
 			}
-			if s.State.Running != nil && s.Started != nil && !*s.Started {
-				return fmt.Sprintf(" (%s has not passed its startup probe)", s.Name)
-			}
 		}
 	}
 	for _, cond := range p.Status.Conditions {

@@ -4,7 +4,7 @@ package inpod
 // agent (internal/kube/kubepod names the pod's layout): Setup, the init step that copies the binary
 // for the other images' containers and installs the redirect that sends every uid but the gateway's
 // to the gateway; Gateway, the sidecar that holds the run's credentials and serves the pod's
-// loopback as the local gateway serves a sandbox's; and Ready, the sidecar's startup probe. The
+// loopback as the local gateway serves a sandbox's; and Ready and WaitReady, by which the clone step waits for it. The
 // pieces are the local run's own (netns for the rules, egress/gateway for the gateway, creds for the
 // credentials), so a pod's run is judged as a local one is.
 //
@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/atomicfile"
 	"github.com/cordon-sandbox/cordon/internal/creds"
@@ -88,7 +89,7 @@ func Setup(ctx context.Context, opts SetupOptions) error {
 	return nil
 }
 
-// Ready is the gateway's startup probe: nil once the gateway in the pod serves (it has written
+// Ready is nil once the gateway in the pod serves (it has written
 // dir/kubepod.ReadyFile after its trust files).
 func Ready(dir string) error {
 	fi, err := os.Stat(filepath.Join(dir, kubepod.ReadyFile))
@@ -99,6 +100,27 @@ func Ready(dir string) error {
 		return fmt.Errorf("the gateway is not ready: %s is not a regular file", fi.Name())
 	}
 	return nil
+}
+
+// WaitReady waits until the gateway in dir is ready (Ready), for the step after it: the kubelet
+// starts a native sidecar's next init container as soon as the sidecar runs, and this wait is what
+// orders the clone after the gateway (a startup probe would, too, but only at its period).
+func WaitReady(ctx context.Context, dir string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := Ready(dir)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (waited %s)", err, timeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // GatewayOptions are the gateway sidecar's (kubepod.GatewayArgs).

@@ -14,7 +14,7 @@
 //     which travel on a raw socket). It exits before anything else starts.
 //  2. init "gateway", a native sidecar (restartPolicy Always; cordon image, GatewayUID): reads
 //     SecretDir/ConfigFile, serves the pod's loopback, writes TrustDir/TrustBundle and then ReadyFile
-//     (its startup probe), and the audit log to AuditDir/AuditFile. The only container holding
+//     (the clone step waits for it), and the audit log to AuditDir/AuditFile. The only container holding
 //     credentials.
 //  3. init "clone" (agent image, AgentUID): fetches the repository at the ref through the gateway into
 //     WorkspaceDir/Checkout, and writes the commit it checked out as its termination message.
@@ -89,8 +89,8 @@ const (
 var (
 	SetupArgs   = []string{"kube", "setup"}   // + --gateway-uid N --copy-to Binary
 	GatewayArgs = []string{"kube", "gateway"} // + --config SecretDir/ConfigFile
-	ReadyArgs   = []string{"kube", "ready"}   // exit 0 once TrustDir/ReadyFile exists (the startup probe)
-	CloneArgs   = []string{"kube", "clone"}   // + --repo URL --ref REF --dir Checkout
+	ReadyArgs   = []string{"kube", "ready"}   // exit 0 once TrustDir/ReadyFile exists (a probe, for those who want one)
+	CloneArgs   = []string{"kube", "clone"}   // + --wait-ready TrustDir --repo URL --ref REF --dir Checkout
 	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout [--base COMMIT] -- CMD... (no --base: the checkout's detached HEAD)
 	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
 	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
