@@ -125,6 +125,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		k = &policy.Kubernetes{}
 	}
 	client, err := kube.NewClient(kube.ClientOptions{
+		Getenv:     func(k string) string { return getenv(env, k) },
 		Kubeconfig: cfg.Kubeconfig,
 		Context:    cmp.Or(cfg.Context, k.Context),
 		Namespace:  cmp.Or(cfg.Namespace, k.Namespace),
@@ -147,7 +148,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 
 	rec, err := b.createRun(runstate.Meta{
 		Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol),
-		Kube: &runstate.KubeRef{Context: client.Context, Namespace: client.Namespace, Server: client.Server()},
+		Kube: &runstate.KubeRef{Kubeconfig: kubeconfigPath(cfg.Kubeconfig), Context: client.Context, Namespace: client.Namespace, Server: client.Server()},
 	})
 	if err != nil {
 		return nil, err
@@ -354,7 +355,9 @@ func sha256Hex(b []byte) string {
 // NetworkPolicy), for every run in the store whose cordon is gone and whose record does not say it
 // cleaned up: a cordon killed mid-run leaves them, and cordon gc calls this. It returns the runs
 // cleaned.
-func (s Store) CleanKube(ctx context.Context) ([]string, error) {
+//
+// env is the caller's environment (KUBECONFIG, HOME), for a run that named no kubeconfig file.
+func (s Store) CleanKube(ctx context.Context, env []string) ([]string, error) {
 	runs, err := s.store().List()
 	if err != nil {
 		return nil, err
@@ -366,7 +369,8 @@ func (s Store) CleanKube(ctx context.Context) ([]string, error) {
 		if k == nil || k.Cleaned || r.Meta.State == runstate.StateRunning && runstate.Alive(r.Meta.PID, r.Meta.PIDStart) {
 			continue
 		}
-		c, err := kube.NewClient(kube.ClientOptions{Context: k.Context, Namespace: k.Namespace})
+		c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
+			Getenv: func(key string) string { return getenv(env, key) }})
 		if err == nil {
 			err = c.DeleteRun(ctx, r.Meta.ID)
 		}
@@ -402,4 +406,15 @@ func cloneAuth(pol *policy.Policy, repo string) *kube.CloneAuth {
 		}
 	}
 	return nil
+}
+
+// kubeconfigPath is an explicit kubeconfig made absolute, so that gc run elsewhere finds it.
+func kubeconfigPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }

@@ -83,7 +83,7 @@ const doctorUsage = "doctor [--backend native|kubernetes] [--context CTX] [--nam
 // doctorKube reports what the kubeconfig's cluster offers the kubernetes backend: the API server,
 // the namespace, the RuntimeClasses (gVisor's where there is one), and agent-sandbox's CRDs.
 func (a *app) doctorKube(line func(state, what, detail string), k kubeFlags) {
-	c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.kubeconfig, Context: k.context, Namespace: k.namespace})
+	c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.kubeconfig, Context: k.context, Namespace: k.namespace, Getenv: a.getenv})
 	if err != nil {
 		line("FAIL", "kubeconfig", err.Error())
 		return

@@ -256,7 +256,7 @@ func (a *app) cmdGC(args []string) int {
 	}
 	// Kubernetes runs whose cordon was interrupted: their pods and Secrets go first, whatever
 	// happens to their local records below.
-	cleaned, err := a.store().CleanKube(context.Background())
+	cleaned, err := a.store().CleanKube(context.Background(), a.env)
 	for _, id := range cleaned {
 		fmt.Fprintf(a.stdout, "deleted the pod and Secret of %s from its cluster\n", id)
 	}

@@ -81,9 +81,11 @@ type Meta struct {
 
 // KubeRef is where a kubernetes run's pod and Secret live.
 type KubeRef struct {
-	Context   string `json:"context,omitempty"`
-	Namespace string `json:"namespace"`
-	Server    string `json:"server,omitempty"`
+	// Kubeconfig is the file the run named (--kubeconfig), empty for KUBECONFIG or ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	Namespace  string `json:"namespace"`
+	Server     string `json:"server,omitempty"`
 	// Cleaned says the run's objects were deleted from the cluster.
 	Cleaned bool `json:"cleaned,omitempty"`
 }

@@ -671,3 +671,31 @@ spec:
 		t.Errorf("kubectl created no SandboxTemplate:\n%s", out)
 	}
 }
+
+// TestKubeDoctor: cordon doctor --backend kubernetes names the API server and its version, and the
+// cluster's RuntimeClasses with gVisor's marked; a kubeconfig that names no reachable cluster is a
+// FAIL line and exit status 1.
+func TestKubeDoctor(t *testing.T) {
+	e := setup(t)
+	out, err := e.cordonCmd(t.TempDir(), "doctor", "--backend", "kubernetes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cordon doctor: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ok    api server", "Kubernetes v1.", "runtime classes"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("doctor does not say %q:\n%s", want, out)
+		}
+	}
+	if e.cluster.RuntimeClass != "" && !strings.Contains(string(out), "--runtime-class "+e.cluster.RuntimeClass+" is gVisor's") {
+		t.Errorf("doctor does not name gVisor's RuntimeClass:\n%s", out)
+	}
+	bad := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: x, cluster: {server: \"https://127.0.0.1:1\"}}]\ncontexts: [{name: x, context: {cluster: x, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.cordonCmd(t.TempDir(), "doctor", "--backend", "kubernetes", "--kubeconfig", bad)
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "FAIL  api server") {
+		t.Errorf("doctor with an unreachable cluster: %v\n%s", err, out)
+	}
+}
