@@ -92,6 +92,20 @@ func (c *Client) stream(ctx context.Context, path string, q url.Values, o stream
 		defer wmu.Unlock()
 		return conn.Write(ctx, websocket.MessageBinary, append([]byte{ch}, data...))
 	}
+	if o.Resize != nil {
+		// The terminal's size as it is goes before the first byte of stdin (the attach hello), so that
+		// the command finds it when it starts.
+		select {
+		case sz, ok := <-o.Resize:
+			if ok {
+				b, _ := json.Marshal(sz)
+				if err := send(chanResize, b); err != nil {
+					return fmt.Errorf("kube: stream: %w", err)
+				}
+			}
+		default:
+		}
+	}
 	if o.Stdin != nil {
 		go func() {
 			buf := make([]byte, 32<<10)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/term"
 
@@ -84,6 +85,7 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		if err := readHello(o.Stdin, o.helloWait); err != nil {
 			return exitWrapper, err
 		}
+		waitForSize(o.Stdin, time.Second)
 	}
 	code, runErr, killErr := runAndKill(ctx, o)
 	st := kubepod.Status{Version: kubepod.Version, Base: o.Base}
@@ -162,6 +164,22 @@ func readHello(f *os.File, wait func()) error {
 		}
 	}
 	return nil
+}
+
+// waitForSize waits, at most max, until a terminal on f has a size: cordon sends the local
+// terminal's size beside the hello, and the API server may pass it on after the hello's bytes, so a
+// command that asks for its terminal's size at once (stty size, a full-screen agent) would find
+// none. Not a terminal, or a size already there, returns at once.
+func waitForSize(f *os.File, max time.Duration) {
+	fd := int(f.Fd())
+	if !term.IsTerminal(fd) {
+		return
+	}
+	for deadline := time.Now().Add(max); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if w, h, err := term.GetSize(fd); err != nil || w > 0 && h > 0 {
+			return
+		}
+	}
 }
 
 // makePatch writes o.Dir's changes against o.Base to OutDir/PatchFile, untracked files included.

@@ -337,6 +337,11 @@ echo done`, e.gitPort, apiHost, apiPort, e.cluster.NodeIP, other)
 	e.noLeftovers(t, ns, id)
 }
 
+// The agent's requests that must succeed retry (curl --retry): on this 2-CPU machine, with the
+// other packages' tests running beside, one request in a few dozen runs got no answer within 10 s
+// (the gateway had put the credential in; the upstream's answer did not come back). The cause was
+// not found (see the closing note of issue 19); what these tests assert holds for every attempt.
+
 // TestKubeCredentialStaysInGateway: the upstream receives the real credential; the agent's
 // environment, its files and everything it can read under /run/cordon hold only the placeholder.
 func TestKubeCredentialStaysInGateway(t *testing.T) {
@@ -350,7 +355,7 @@ func TestKubeCredentialStaysInGateway(t *testing.T) {
 `)
 	t.Setenv("KUBEE2E_TOKEN", real)
 	script := fmt.Sprintf(`set -e
-curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" https://git.test:%d/echo
+curl -sS -m 20 --retry 2 --retry-all-errors -H "Authorization: Bearer $API_TOKEN" https://git.test:%d/echo
 env
 ls /run/cordon
 test ! -e /run/cordon/secret && echo no-secret-mount
@@ -586,7 +591,7 @@ func TestKubeGitHubAppToken(t *testing.T) {
 	e.private.set(app.Valid)
 	defer e.private.set(nil)
 	privateRepo := fmt.Sprintf("https://git.test:%d/private/acme/app.git", e.gitPort)
-	script := fmt.Sprintf(`cat README; curl -sS -m 10 -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo; echo "agent-has=$GH_TOKEN"`, e.gitPort)
+	script := fmt.Sprintf(`cat README; curl -sS -m 20 --retry 2 --retry-all-errors -H "Authorization: Bearer $GH_TOKEN" https://git.test:%d/echo 2>&1; echo "agent-has=$GH_TOKEN"`, e.gitPort)
 	code, out, stderr := e.run(t, local, pol, ns, []string{"--repo", privateRepo}, "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
@@ -610,7 +615,7 @@ func TestKubeGitHubAppToken(t *testing.T) {
 	}
 	got := e.seen.all()
 	if len(got) == 0 || got[len(got)-1] != "Bearer "+tok.Value {
-		t.Errorf("the upstream saw %q, want the minted token", got)
+		t.Errorf("the upstream saw %q, want the minted token\nstdout:\n%s\nstderr:\n%s", got, out, stderr)
 	}
 }
 
