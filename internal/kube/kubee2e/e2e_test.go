@@ -298,11 +298,17 @@ func TestKubeDeniedAndUnreachable(t *testing.T) {
 	// so a refusal inside is the boundary's and not a dead address.
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	for _, u := range []string{"http://" + other + ":8080/", "https://" + e.cluster.APIServer + "/version"} {
-		resp, err := hc.Get(u)
-		if err != nil {
-			t.Fatalf("control: %s does not answer from the host: %v", u, err)
+		// A running container's server may not listen yet: the control waits for it to answer.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			resp, err := hc.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("control: %s does not answer from the host: %v", u, err)
+			}
 		}
-		resp.Body.Close()
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(e.cluster.APIServer)
 	script := fmt.Sprintf(`
