@@ -164,6 +164,8 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	for _, w := range warnings {
 		b.warn.notice(w)
 	}
+	// The environment is part of the pod's spec: whoever may read pods in the namespace reads it.
+	b.warnSecretValues(agentEnv, pol.Env)
 	agentEnv = append(agentEnv, podTrustEnv()...)
 	if credSet != nil {
 		agentEnv = append(agentEnv, credSet.Env()...)
@@ -230,7 +232,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		_ = rec.Update(func(m *runstate.Meta) error { m.Kube.Cleaned = true; return nil })
 	}
 	dcancel()
-	if runErr != nil && (res == nil || res.Status == nil) {
+	if runErr != nil && res == nil {
 		_ = rec.Finish(exitCordonFailed)
 		var se *kube.StepError
 		if errors.As(runErr, &se) {

@@ -2,14 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -61,8 +62,8 @@ func (k *kubeFlags) register(r *runFlags, fl *flag.FlagSet) {
 	str("cordon-image", "kubernetes: the `IMAGE` with cordon's static binary at /cordon, for the pod's gateway (sandbox.kubernetes.cordonImage)", &k.cordonImage, image)
 	str("runtime-class", "kubernetes: the pod's runtimeClassName, such as gvisor (sandbox.kubernetes.runtimeClass)", &k.runtimeClass, nil)
 	str("repo", "kubernetes: the repository `URL` the pod clones, through the gateway", &k.repo, func(v string) error {
-		if !strings.Contains(v, "://") {
-			return fmt.Errorf("%q is not a repository URL (expected https://HOST/PATH)", v)
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("%q is not an http(s) repository URL (expected https://HOST/PATH)", v)
 		}
 		return nil
 	})
@@ -99,8 +100,8 @@ func (a *app) runKube(ctx context.Context, policyPath, wsDir string, keep bool, 
 		a.errorf("run: %v", err)
 		return exitCordon
 	}
-	// The first signal cancels the run: the pod, its Secret and what was minted go; a second
-	// leaves cordon at once (cordon gc then finishes the cleanup).
+	// A signal cancels the run: the pod, its Secret and what was minted go (with a terminal, ^C goes
+	// to the agent's terminal instead, as with kubectl attach).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -241,16 +242,10 @@ func (a *app) kubeRender(args []string) int {
 	if k == nil {
 		k = &policy.Kubernetes{}
 	}
-	or := func(a, b string) string {
-		if a != "" {
-			return a
-		}
-		return b
-	}
 	objs, err := kube.Render(&kube.Input{
-		RunID: "RUN", Namespace: or(rf.kube.namespace, k.Namespace),
-		Image: or(rf.kube.image, k.Image), CordonImage: or(rf.kube.cordonImage, k.CordonImage),
-		RuntimeClass: or(rf.kube.runtimeClass, k.RuntimeClass),
+		RunID: "RUN", Namespace: cmp.Or(rf.kube.namespace, k.Namespace),
+		Image: cmp.Or(rf.kube.image, k.Image), CordonImage: cmp.Or(rf.kube.cordonImage, k.CordonImage),
+		RuntimeClass: cmp.Or(rf.kube.runtimeClass, k.RuntimeClass),
 		Repo:         rf.kube.repo, Ref: rf.kube.ref, Args: argv, Hostname: pol.Sandbox.Hostname, Limits: pol.Limits,
 		Env: []string{"HOME=/home/agent", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	})

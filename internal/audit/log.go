@@ -218,34 +218,38 @@ func (l *Log) Record(e Event) {
 	l.queueLocked(line, e.Kind, 1)
 }
 
-// countLocked adds e to the Summary.
-func (l *Log) countLocked(e *Event) {
+// countLocked adds e to the Summary: one network decision per Record.
+func (l *Log) countLocked(e *Event) { l.sum.add(e, 1) }
+
+// add counts e as n network decisions (one as it is recorded; a fold's count when read back from a
+// file: SummarizeFile) and its credential details once.
+func (s *Summary) add(e *Event, n int) {
 	if e.Kind == KindSSHAgent {
 		if e.Decision == Allow {
-			l.sum.AgentSignatures += e.Decisions()
+			s.AgentSignatures += e.Decisions()
 		} else {
-			l.sum.AgentRefusals += e.Decisions()
+			s.AgentRefusals += e.Decisions()
 		}
 		return
 	}
 	switch e.Decision {
 	case Allow:
-		l.sum.Allowed++
+		s.Allowed += n
 	case Deny:
-		l.sum.Denied++
+		s.Denied += n
 	}
 	if e.Kind != KindHTTP { // a request's bytes are already counted in its connection's event
-		l.sum.BytesIn += e.BytesIn
-		l.sum.BytesOut += e.BytesOut
+		s.BytesIn += e.BytesIn
+		s.BytesOut += e.BytesOut
 	}
 	if e.Detail[DetailCredentials] != "" {
-		l.sum.CredentialUses++
+		s.CredentialUses++
 	}
 	if e.Detail[DetailCredentialMisuse] != "" {
-		l.sum.Misuses++
+		s.Misuses++
 	}
 	if e.Detail[DetailCredentialEchoed] != "" {
-		l.sum.Echoes++
+		s.Echoes++
 	}
 }
 

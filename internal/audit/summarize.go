@@ -10,35 +10,7 @@ func SummarizeFile(path string) (Summary, error) {
 	}
 	var s Summary
 	for i := range events {
-		e := &events[i]
-		n := e.Decisions()
-		if e.Kind == KindSSHAgent {
-			if e.Decision == Allow {
-				s.AgentSignatures += n
-			} else {
-				s.AgentRefusals += n
-			}
-			continue
-		}
-		switch e.Decision {
-		case Allow:
-			s.Allowed += n
-		case Deny:
-			s.Denied += n
-		}
-		if e.Kind != KindHTTP {
-			s.BytesIn += e.BytesIn
-			s.BytesOut += e.BytesOut
-		}
-		if e.Detail[DetailCredentials] != "" {
-			s.CredentialUses++
-		}
-		if e.Detail[DetailCredentialMisuse] != "" {
-			s.Misuses++
-		}
-		if e.Detail[DetailCredentialEchoed] != "" {
-			s.Echoes++
-		}
+		s.add(&events[i], events[i].Decisions())
 	}
 	return s, nil
 }

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -172,7 +173,7 @@ func loadConfig(explicit, contextName, namespace string, env func(string) string
 			user = merged.Users[i].User
 		}
 	}
-	c := &restConfig{Context: name, Namespace: cmpOr(namespace, ctx.Context.Namespace, "default")}
+	c := &restConfig{Context: name, Namespace: cmp.Or(namespace, ctx.Context.Namespace, "default")}
 	u, err := url.Parse(cl.Cluster.Server)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("cluster %q: server %q is not an http(s) URL", cl.Name, cl.Cluster.Server)
@@ -275,15 +276,6 @@ func dataOrFile(data, file string) ([]byte, error) {
 	return nil, nil
 }
 
-func cmpOr(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 type staticToken string
 
 func (t staticToken) apply(_ context.Context, r *http.Request) error {
@@ -333,7 +325,7 @@ func (e *execAuth) apply(ctx context.Context, r *http.Request) error {
 }
 
 func (e *execAuth) refresh(ctx context.Context) error {
-	apiVersion := cmpOr(e.cfg.APIVersion, "client.authentication.k8s.io/v1")
+	apiVersion := cmp.Or(e.cfg.APIVersion, "client.authentication.k8s.io/v1")
 	in := map[string]any{"apiVersion": apiVersion, "kind": "ExecCredential", "spec": map[string]any{"interactive": false}}
 	if e.cfg.ProvideClusterInfo {
 		in["spec"].(map[string]any)["cluster"] = map[string]any{"server": e.server}

@@ -3,6 +3,7 @@ package inpod
 import (
 	"bytes"
 	"context"
+	"io"
 	"crypto/tls"
 	"net/http/httptest"
 	"os"
@@ -241,5 +242,21 @@ func TestAuthHeader(t *testing.T) {
 		if got := AuthHeader("PH", tc.scheme, tc.header); got != tc.want {
 			t.Errorf("AuthHeader(%q, %q) = %q, want %q", tc.scheme, tc.header, got, tc.want)
 		}
+	}
+}
+
+// TestCloneRefusesOtherTransports: only http(s) leave the clone step, the transports the gateway
+// judges: ext:: would run a command, file:// read the container's files.
+func TestCloneRefusesOtherTransports(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, repo := range []string{"ext::sh -c touch% " + marker, "file:///etc"} {
+		_, err := Clone(context.Background(), CloneOptions{Repo: repo, Ref: "main", Dir: filepath.Join(t.TempDir(), "c"),
+			Env: []string{"PATH=" + os.Getenv("PATH")}, Stdout: io.Discard, TerminationLog: filepath.Join(t.TempDir(), "log")})
+		if err == nil {
+			t.Errorf("%s was cloned", repo)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the ext:: transport ran its command")
 	}
 }
