@@ -3,8 +3,8 @@ package inpod
 import (
 	"bytes"
 	"context"
-	"io"
 	"crypto/tls"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
