@@ -4,6 +4,7 @@ package kubetest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -137,7 +138,25 @@ func TestStartAfterCrash(t *testing.T) {
 	}
 	// Its control plane died with it (PR_SET_PDEATHSIG); only the shims and containers stay.
 	for _, pid := range left.Procs {
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		// A process whose exe no longer reads is on its way out (the death signal landed, it is not
+		// reaped yet): it is judged once it is gone or has shown what it runs.
+		var exe string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var err error
+			exe, err = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			// Gone, or dead and waiting to be reaped (state Z or X in /proc/PID/stat, after the ")").
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if i := bytes.LastIndexByte(stat, ')'); err != nil || i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+				exe = "gone"
+				break
+			}
+		}
+		if exe == "gone" {
+			continue
+		}
 		if b := filepath.Base(exe); !slices.Contains([]string{"containerd-shim-runc-v2", "containerd-shim-runsc-v1", "runsc"}, b) {
 			t.Errorf("process %d (%s) outlived the killed test process", pid, exe)
 		}
