@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,7 @@ import (
 // The bench binary has three other roles, chosen by its first argument, so that every contender runs
 // as a process of its own, as cordon's gateway does:
 //
+//	serve PORT            the upstream alone, on 127.0.0.1:PORT (0: any), for redirect.sh
 //	relay-go UPSTREAM     a plain Go relay: a goroutine per direction, 4 MiB buffers
 //	relay-epoll UPSTREAM  the cheapest relay we know how to write: one thread, one epoll loop
 //	relay-splice UPSTREAM a Go relay whose bytes stay in the kernel: io.Copy between TCP sockets
@@ -43,6 +45,11 @@ func role(args []string) bool {
 		return false
 	}
 	switch args[1] {
+	case "serve":
+		ln, err := net.Listen("tcp", "127.0.0.1:"+args[2])
+		check(err)
+		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
+		serve(ln)
 	case "relay-go":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		check(err)
@@ -332,6 +339,8 @@ func startRelay(role, upstream string) *relay {
 	check(err)
 	r := &relay{cmd: exec.Command(self, role, upstream)}
 	r.cmd.Stderr = os.Stderr
+	// A bench that exits on an error (check) runs no deferred stop: the relays go with it.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := r.cmd.StdoutPipe()
 	check(err)
 	check(r.cmd.Start())

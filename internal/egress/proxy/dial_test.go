@@ -1,11 +1,18 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/audit"
+	"github.com/cordon-sandbox/cordon/internal/egress"
 )
 
 func TestAddressClass(t *testing.T) {
@@ -111,5 +118,80 @@ func TestNewRequiresConfig(t *testing.T) {
 	}
 	if err := g.Transparent(h.ctx, listen(t)); err == nil {
 		t.Error("Transparent without Names succeeded")
+	}
+}
+
+// pinnedPolicy allows every name, pinned to one address, as network.hosts does.
+type pinnedPolicy struct{ to netip.Addr }
+
+func (p pinnedPolicy) Decide(string, uint16) egress.Decision {
+	return egress.Decision{Allow: true, Rule: "test", Upstream: p.to}
+}
+func (pinnedPolicy) Known(string) bool { return true }
+
+// TestDialWithoutDialContext: without Config.DialContext the gateway dials the checked address itself
+// (net.Dialer.DialTCP, no string round trip): the connection is a *net.TCPConn to that address, so
+// the relay copies it raw; a port nobody listens on is an error that names the address and goes to
+// Config.Unreachable; and addresses the gateway refuses stay refused before any dial.
+func TestDialWithoutDialContext(t *testing.T) {
+	ln := listen(t)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, _ = io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	var unreachable []string
+	g, err := New(Config{Policy: pinnedPolicy{loopback}, Recorder: nopRecorder{},
+		LookupNetIP: func(context.Context, string) ([]netip.Addr, error) { return nil, nil },
+		Unreachable: func(name string, port uint16, err error) {
+			unreachable = append(unreachable, fmt.Sprintf("%s:%d %v", name, port, err))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := portOf(ln.Addr())
+	s := &session{g: g, ev: audit.Event{Detail: map[string]string{}}}
+	c, err := s.dial(context.Background(), "a.test", port, g.cfg.Policy.Decide("a.test", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		t.Fatalf("the upstream is a %T, not a *net.TCPConn", c)
+	}
+	if want := netip.AddrPortFrom(loopback, port).String(); tc.RemoteAddr().String() != want || s.ev.Detail["upstream"] != want {
+		t.Errorf("dialed %s, recorded %q; want %s", tc.RemoteAddr(), s.ev.Detail["upstream"], want)
+	}
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	_ = tc.CloseWrite()
+	if got, _ := io.ReadAll(c); string(got) != "ping" {
+		t.Errorf("echo %q", got)
+	}
+
+	// A closed port: the error names the address, and the human hears of it.
+	dead := listen(t)
+	deadPort := portOf(dead.Addr())
+	dead.Close()
+	if _, err := s.dial(context.Background(), "b.test", deadPort, g.cfg.Policy.Decide("b.test", deadPort)); err == nil ||
+		!strings.Contains(err.Error(), netip.AddrPortFrom(loopback, deadPort).String()) {
+		t.Errorf("dial to a closed port: %v", err)
+	}
+	if len(unreachable) != 1 || !strings.HasPrefix(unreachable[0], fmt.Sprintf("b.test:%d ", deadPort)) {
+		t.Errorf("Unreachable got %q", unreachable)
+	}
+
+	// Unpinned, a name that resolves to loopback is refused, and nothing is dialed.
+	g.cfg.Policy = allowAll{}
+	g.cfg.LookupNetIP = func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{loopback}, nil }
+	var r *refusal
+	if _, err := s.dial(context.Background(), "c.test", port, g.cfg.Policy.Decide("c.test", port)); !errors.As(err, &r) {
+		t.Errorf("a name resolving to loopback: %v, want a refusal", err)
 	}
 }

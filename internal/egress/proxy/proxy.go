@@ -130,9 +130,6 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	if cfg.DialContext == nil {
-		cfg.DialContext = (&net.Dialer{}).DialContext
-	}
 	if cfg.LocalAddrs == nil {
 		cfg.LocalAddrs = interfaceAddrs
 	}

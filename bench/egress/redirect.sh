@@ -1,0 +1,42 @@
+#!/bin/sh
+# The floor relays behind the sandbox's kind of redirect: in a network namespace of its own (root),
+# the upstream and a floor relay, measured plain and then behind an nftables NAT redirect with the
+# conntrack state rules a sandbox's namespace has, alternated in each round (the table is added and
+# deleted around the redirected measurement), so that the ratio says what the redirect costs the
+# floor itself, apart from any gateway. Usage, from the repository:
+#
+#	go build -o /tmp/egress-bench ./bench/egress
+#	flock /tmp/bench.lock unshare -n sh bench/egress/redirect.sh /tmp/egress-bench [rounds]
+set -eu
+bin=$1
+rounds=${2:-5}
+ip link set lo up
+fifo=$(mktemp -u)
+mkfifo "$fifo"
+start() { "$bin" "$@" > "$fifo" & pid=$!; read -r _ port < "$fifo"; }
+start serve 0; srv=$pid; up=127.0.0.1:$port
+start relay-go "$up"; gor=$pid; goport=$port
+start relay-epoll "$up"; epr=$pid; epport=$port
+rm -f "$fifo"
+trap 'kill $srv $gor $epr' EXIT
+rules() {
+	nft -f - <<NFT
+table inet bench {
+	chain nat-output { type nat hook output priority -100; tcp dport 19998 redirect to :$goport; tcp dport 19999 redirect to :$epport; }
+	chain filter-output { type filter hook output priority 0; policy accept; ct state established,related accept; }
+	chain filter-input { type filter hook input priority 0; policy accept; ct state established,related accept; }
+}
+NFT
+}
+speed() { curl -sS -o /dev/null -w '%{speed_download}' "http://$1/?mib=1024"; }
+for i in $(seq "$rounds"); do
+	a=$(speed 127.0.0.1:$goport)
+	c=$("$bin" client 127.0.0.1:$epport 2000 1)
+	d=$("$bin" client "$up" 2000 1)
+	rules
+	b=$(speed 127.0.0.1:19998)
+	e=$("$bin" client 127.0.0.1:19999 2000 1)
+	nft delete table inet bench
+	echo "$a $b $c $e $d" | awk '{printf "round: 1 GiB through the Go relay %.0f, behind the redirect %.0f MiB/s (%.2fx); new connections through the epoll relay %.0f/s p50 +%.0f us, behind the redirect %.0f/s (%.2fx) p50 +%.0f us (direct p50 %.0f us)\n",
+		$1/2^20, $2/2^20, $2/$1, $3, $4-$8, $5, $5/$3, $6-$8, $8}'
+done
