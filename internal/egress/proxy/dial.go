@@ -155,10 +155,10 @@ func (s *session) dialAddrs(ctx context.Context, name string, port uint16, d egr
 	}
 	var errs []error
 	for _, a := range addrs {
-		ap := netip.AddrPortFrom(a, port)
-		c, err := g.dialTCP(ctx, ap)
+		addr := netip.AddrPortFrom(a, port).String()
+		c, err := g.cfg.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			s.detail("upstream", ap.String())
+			s.detail("upstream", addr)
 			return c, nil
 		}
 		errs = append(errs, err)
@@ -167,21 +167,4 @@ func (s *session) dialAddrs(ctx context.Context, name string, port uint16, d egr
 		}
 	}
 	return nil, fmt.Errorf("proxy: dialing %s:%d: %w", name, port, errors.Join(errs...))
-}
-
-// dialTCP connects to the checked address ap: through Config.DialContext if the caller set one,
-// otherwise with net.Dialer.DialTCP, which takes the address as it is. (DialContext would format it
-// as a string only to parse it back and walk the resolver's path for a literal: a tenth of the
-// gateway's time per connection went to dialling, and the deeper stack made the handler's goroutine
-// grow its stack on most connections.)
-func (g *Gateway) dialTCP(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
-	if g.cfg.DialContext != nil {
-		return g.cfg.DialContext(ctx, "tcp", ap.String())
-	}
-	var d net.Dialer
-	c, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, ap)
-	if err != nil {
-		return nil, err // a *net.OpError naming ap, as DialContext's
-	}
-	return c, nil
 }

@@ -129,10 +129,12 @@ func (p pinnedPolicy) Decide(string, uint16) egress.Decision {
 }
 func (pinnedPolicy) Known(string) bool { return true }
 
-// TestDialWithoutDialContext: without Config.DialContext the gateway dials the checked address itself
-// (net.Dialer.DialTCP, no string round trip): the connection is a *net.TCPConn to that address, so
-// the relay copies it raw; a port nobody listens on is an error that names the address and goes to
-// Config.Unreachable; and addresses the gateway refuses stay refused before any dial.
+// TestDialWithoutDialContext: without Config.DialContext (as the gateway runs) the upstream is a
+// *net.TCPConn to the checked address, so the relay copies it raw; a port nobody listens on is an
+// error that names the address and goes to Config.Unreachable; and an address the gateway refuses
+// stays refused before any dial. (net.Dialer.DialTCP, which would skip formatting the address and
+// parsing it back, binds the socket before connecting, taking an ephemeral port for itself whatever
+// the destination: the gateway keeps DialContext.)
 func TestDialWithoutDialContext(t *testing.T) {
 	ln := listen(t)
 	defer ln.Close()

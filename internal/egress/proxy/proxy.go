@@ -130,6 +130,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
+	if cfg.DialContext == nil {
+		cfg.DialContext = (&net.Dialer{}).DialContext
+	}
 	if cfg.LocalAddrs == nil {
 		cfg.LocalAddrs = interfaceAddrs
 	}
