@@ -60,6 +60,9 @@ const (
 	// EventService is a step of a fixture service (policy services): started, a fixture applied,
 	// removed; Detail["action"] says which.
 	EventService = EventKind(audit.KindService)
+	// EventLease is a kubernetes run's pod stopping its run because cordon's heartbeat stopped
+	// (cordon was killed, or lost the cluster, for longer than sandbox.kubernetes.lease).
+	EventLease = EventKind(audit.KindLease)
 )
 
 // Decision is an Event's verdict.

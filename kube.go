@@ -146,9 +146,11 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		}
 	}
 
+	lease := cmp.Or(k.Lease, kubepod.DefaultLease)
 	rec, err := b.createRun(runstate.Meta{
 		Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol),
-		Kube: &runstate.KubeRef{Kubeconfig: kubeconfigPath(cfg.Kubeconfig), Context: client.Context, Namespace: client.Namespace, Server: client.Server()},
+		Kube: &runstate.KubeRef{Kubeconfig: kubeconfigPath(cfg.Kubeconfig), Context: client.Context, Namespace: client.Namespace, Server: client.Server(),
+			Repo: cfg.Repo, Ref: cfg.Ref, Lease: lease},
 	})
 	if err != nil {
 		return nil, err
@@ -192,6 +194,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 			Version: kubepod.Version, RunID: id, PolicyName: cmp.Or(pol.Source, "built-in default"),
 			Policy: policyBytes, Allow: cfg.Allow, Hostname: pol.Sandbox.Hostname,
 			Credentials: exported, Roots: roots, CAFile: caFile, AuditMaxBytes: auditMaxBytes(pol),
+			LeaseSeconds: int(lease / time.Second),
 		},
 	})
 	if err != nil {
@@ -221,6 +224,8 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		Patch: &patch, Audit: auditFile,
 		Timeout:      pol.Limits.Timeout,
 		StartTimeout: cmp.Or(cfg.StartTimeout, 5*time.Minute),
+		Lease:        lease,
+		Warn:         b.warn.notice,
 	})
 	if err := auditFile.Close(); err != nil && runErr == nil {
 		runErr = err
@@ -242,22 +247,10 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	}
 	out := &KubeExit{RunID: id, Base: res.Base, Reason: res.Reason}
 	out.Code, out.TimedOut = res.ExitCode, res.TimedOut
-	base := res.Base
-	if res.Status != nil && res.Status.Base != "" {
-		base = res.Status.Base
+	if res.Stopped != "" {
+		b.warn.notice("the pod stopped the run: " + res.Stopped)
 	}
-	// The wrapper's status is the word on whether the patch is its own: a process the agent left
-	// could have written one where the wrapper failed.
-	switch {
-	case res.Status == nil:
-		runErr = errors.Join(runErr, errors.New("the agent's wrapper reported nothing: the run's changes, if any, are lost with the pod"))
-	case res.Status.PatchError != "":
-		runErr = errors.Join(runErr, fmt.Errorf("the pod could not make the run's changes: %s", res.Status.PatchError))
-	case res.HasPatch && patch.Len() > 0:
-		if err := workspace.PreparePatch(rec, project, workspace.PatchInfo{Repo: cfg.Repo, Ref: cfg.Ref, Base: base}, &patch); err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("recording the run's changes: %w", err))
-		}
-	}
+	runErr = errors.Join(runErr, recordPatch(rec, project, workspace.PatchInfo{Repo: cfg.Repo, Ref: cfg.Ref}, res, &patch))
 	if cs, err := workspace.Changes(rec); err == nil {
 		out.Changed = len(cs)
 	}
@@ -284,6 +277,27 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		}
 	}
 	return out, runErr
+}
+
+// recordPatch makes the local run rec a patch run of the changes the pod sent back, when the
+// wrapper's status says the patch is its own: a process the agent left could have written one where
+// the wrapper failed. info's Base is taken from res.
+func recordPatch(rec *runstate.Run, project string, info workspace.PatchInfo, res *kube.Result, patch *bytes.Buffer) error {
+	info.Base = res.Base
+	if res.Status != nil && res.Status.Base != "" {
+		info.Base = res.Status.Base
+	}
+	switch {
+	case res.Status == nil:
+		return errors.New("the agent's wrapper reported nothing: the run's changes, if any, are lost with the pod")
+	case res.Status.PatchError != "":
+		return fmt.Errorf("the pod could not make the run's changes: %s", res.Status.PatchError)
+	case res.HasPatch && patch.Len() > 0:
+		if err := workspace.PreparePatch(rec, project, info, patch); err != nil {
+			return fmt.Errorf("recording the run's changes: %w", err)
+		}
+	}
+	return nil
 }
 
 // exitCordonFailed is the exit code a run's record gets when cordon itself failed it.
@@ -353,39 +367,97 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// KubeCleaned is one kubernetes run whose leftovers CleanKube deleted from its cluster.
+type KubeCleaned struct {
+	ID string
+	// Recovered says the run's changes and audit log were fetched from its pod first (its cordon
+	// was interrupted while the agent ran); Changes counts the changed paths.
+	Recovered bool
+	Changes   int
+	// Note says what else happened: why the pod stopped the run, or why nothing could be fetched.
+	Note string
+}
+
+// recoverWait is how long CleanKube waits, beyond a run's lease, for an agent whose cordon is gone
+// to be stopped by its pod.
+const recoverWait = 30 * time.Second
+
 // CleanKube deletes what kubernetes runs left in their clusters (their pod, Secret and
 // NetworkPolicy), for every run in the store whose cordon is gone and whose record does not say it
-// cleaned up: a cordon killed mid-run leaves them, and cordon gc calls this. It returns the runs
-// cleaned.
+// cleaned up: a cordon killed mid-run leaves them, and cordon gc calls this. A run whose cordon was
+// interrupted while its agent ran is recovered first: its pod stops the agent within the run's
+// lease, and the changes and audit log it kept are fetched into the local run (for cordon diff and
+// apply), which is then finished with the agent's exit code.
 //
 // env is the caller's environment (KUBECONFIG, HOME), for a run that named no kubeconfig file.
-func (s Store) CleanKube(ctx context.Context, env []string) ([]string, error) {
+func (s Store) CleanKube(ctx context.Context, env []string) ([]KubeCleaned, error) {
 	runs, err := s.store().List()
 	if err != nil {
 		return nil, err
 	}
-	var done []string
+	var done []KubeCleaned
 	var errs []error
 	for _, r := range runs {
 		k := r.Meta.Kube
-		if k == nil || k.Cleaned || r.Meta.State == runstate.StateRunning && runstate.Alive(r.Meta.PID, r.Meta.PIDStart) {
+		// A listed run's state is resolved: running means its cordon is alive, interrupted that
+		// it was recorded as running by a cordon that is gone.
+		if k == nil || k.Cleaned || r.Meta.State == runstate.StateRunning {
 			continue
 		}
 		c, err := kube.NewClient(kube.ClientOptions{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
 			Getenv: func(key string) string { return getenv(env, key) }})
-		if err == nil {
-			err = c.DeleteRun(ctx, r.Meta.ID)
-		}
 		if err != nil {
+			errs = append(errs, fmt.Errorf("run %s (namespace %s): %w", r.Meta.ID, k.Namespace, err))
+			continue
+		}
+		kc := KubeCleaned{ID: r.Meta.ID}
+		if r.Meta.State == runstate.StateInterrupted {
+			if err := recoverKube(ctx, c, r, &kc); err != nil {
+				errs = append(errs, fmt.Errorf("run %s: %w", r.Meta.ID, err))
+			}
+		}
+		if err := c.DeleteRun(ctx, r.Meta.ID); err != nil {
 			errs = append(errs, fmt.Errorf("run %s (namespace %s): %w", r.Meta.ID, k.Namespace, err))
 			continue
 		}
 		if err := r.Update(func(m *runstate.Meta) error { m.Kube.Cleaned = true; return nil }); err != nil {
 			errs = append(errs, err)
 		}
-		done = append(done, r.Meta.ID)
+		done = append(done, kc)
 	}
 	return done, errors.Join(errs...)
+}
+
+// recoverKube fetches the results of run r, whose cordon was interrupted, from its pod into r, and
+// finishes r's record. A run whose pod is gone, or whose agent never ran, is finished as cordon's
+// failure; one whose agent ran on past the wait is left to DeleteRun, its changes lost (said in kc).
+func recoverKube(ctx context.Context, c *kube.Client, r *runstate.Run, kc *KubeCleaned) error {
+	k := r.Meta.Kube
+	auditFile, err := os.OpenFile(filepath.Join(r.Dir, audit.FileName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	var patch bytes.Buffer
+	res, err := c.Recover(ctx, r.Meta.ID, cmp.Or(k.Lease, kubepod.DefaultLease)+recoverWait, &patch, auditFile)
+	if cerr := auditFile.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		kc.Note = "nothing was fetched from its pod: " + err.Error()
+		if errors.Is(err, kube.ErrStillRunning) {
+			kc.Note = "its agent was still running; it was deleted with its pod, and its changes are lost"
+		}
+		return r.Finish(exitCordonFailed)
+	}
+	kc.Recovered = true
+	if res.Stopped != "" {
+		kc.Note = "the pod stopped it: " + res.Stopped
+	}
+	perr := recordPatch(r, r.Meta.Project, workspace.PatchInfo{Repo: k.Repo, Ref: k.Ref}, res, &patch)
+	if cs, err := workspace.Changes(r); err == nil {
+		kc.Changes = len(cs)
+	}
+	return errors.Join(perr, r.Finish(res.ExitCode))
 }
 
 // cloneAuth picks the credential the clone step presents to the repository: the first whose

@@ -13,7 +13,8 @@ import (
 // They run inside the pod, where cordon's Kubernetes backend puts them; nobody types them.
 const (
 	kubeCloneUsage = "kube clone --repo URL --ref REF --dir DIR"
-	kubeAgentUsage = "kube agent [--attach] --dir DIR [--base COMMIT] -- COMMAND [ARG...]"
+	kubeAgentUsage = "kube agent [--attach] --dir DIR [--base COMMIT] [--stop-dir DIR] -- COMMAND [ARG...]"
+	kubeLeaseUsage = "kube lease [--dir DIR]"
 	kubeKeepUsage  = "kube keep"
 	kubeFetchUsage = "kube fetch"
 )
@@ -31,6 +32,8 @@ func (a *app) kubeAgentSide(name string, args []string) (code int, handled bool)
 		return a.kubeKeep(args), true
 	case "fetch":
 		return a.kubeFetch(args), true
+	case kubepod.LeaseArgs[1]:
+		return a.kubeLease(args), true
 	}
 	return 0, false
 }
@@ -78,6 +81,7 @@ func (a *app) kubeAgent(args []string) int {
 	attach := fs.Bool("attach", false, "read cordon's attach hello from stdin before the command starts")
 	dir := fs.String("dir", kubepod.Checkout, "the checkout to run the command in")
 	base := fs.String("base", "", "the `COMMIT` the patch is against (default: the checkout's detached HEAD as the wrapper starts, the clone step's commit)")
+	stopDir := fs.String("stop-dir", kubepod.TrustDir, "end the command when the gateway's stop file appears in `DIR` (the run's lease lapsed)")
 	if code, ok := a.parse(fs, kubeAgentUsage, args); !ok {
 		return code
 	}
@@ -85,7 +89,7 @@ func (a *app) kubeAgent(args []string) int {
 		a.errorf("kube agent: no command given (usage: cordon %s)", kubeAgentUsage)
 		return exitCordon
 	}
-	code, err := inpod.Agent(context.Background(), inpod.AgentOptions{Dir: *dir, Base: *base, Attach: *attach, Args: fs.Args(),
+	code, err := inpod.Agent(context.Background(), inpod.AgentOptions{Dir: *dir, Base: *base, Attach: *attach, Args: fs.Args(), StopDir: *stopDir,
 		Env: a.env, Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr})
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -97,12 +101,8 @@ func (a *app) kubeAgent(args []string) int {
 
 func (a *app) kubeKeep(args []string) int {
 	fs := a.flags("kube keep", kubeKeepUsage)
-	if code, ok := a.parse(fs, kubeKeepUsage, args); !ok {
+	if code, ok := a.kubeParse(fs, kubeKeepUsage, args); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		a.errorf("kube keep: no arguments (usage: cordon %s)", kubeKeepUsage)
-		return exitUsage
 	}
 	if err := inpod.Keep(context.Background()); err != nil {
 		a.errorf("kube keep: %v", err)
@@ -115,15 +115,26 @@ func (a *app) kubeFetch(args []string) int {
 	fs := a.flags("kube fetch", kubeFetchUsage)
 	outDir := fs.String("out-dir", kubepod.OutDir, "the agent's wrapper's results")
 	auditDir := fs.String("audit-dir", kubepod.AuditDir, "the gateway's audit log")
-	if code, ok := a.parse(fs, kubeFetchUsage, args); !ok {
+	if code, ok := a.kubeParse(fs, kubeFetchUsage, args); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		a.errorf("kube fetch: no arguments (usage: cordon %s)", kubeFetchUsage)
-		return exitUsage
 	}
 	if err := inpod.Fetch(a.stdout, inpod.FetchOptions{OutDir: *outDir, AuditDir: *auditDir}); err != nil {
 		a.errorf("kube fetch: %v", err)
+		return 1
+	}
+	return 0
+}
+
+// kubeLease runs in the gateway's container for as long as cordon runs: every byte on stdin, cordon's
+// heartbeat, renews the run's lease.
+func (a *app) kubeLease(args []string) int {
+	fs := a.flags("kube lease", kubeLeaseUsage)
+	dir := fs.String("dir", kubepod.TrustDir, "the gateway's directory, where the lease file is (`DIR`)")
+	if code, ok := a.kubeParse(fs, kubeLeaseUsage, args); !ok {
+		return code
+	}
+	if err := inpod.Lease(a.stdin, *dir); err != nil {
+		a.errorf("kube %v", err)
 		return 1
 	}
 	return 0

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
@@ -113,5 +114,31 @@ func TestKubeAgentSideFetch(t *testing.T) {
 	hdr, _, err := kubepod.ReadBundle(strings.NewReader(stdout()), &patch, &log)
 	if err != nil || hdr.Status == nil || hdr.Status.Base != strings.Repeat("c", 40) || patch.String() != "diff\n" || log.String() != "{}\n" {
 		t.Errorf("bundle: %v, %+v, patch %q, audit %q", err, hdr, patch.String(), log.String())
+	}
+}
+
+// TestKubeAgentSideLease: cordon kube lease renews the lease file in --dir at cordon's heartbeat and
+// ends with it; arguments are a usage error.
+func TestKubeAgentSideLease(t *testing.T) {
+	a, _, stderr := kubeApp(t)
+	beat := filepath.Join(t.TempDir(), "heartbeat")
+	if err := os.WriteFile(beat, []byte("..."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(beat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	a.stdin = in
+	dir := t.TempDir()
+	if code, handled := a.kubeAgentSide("lease", []string{"--dir", dir}); !handled || code != 0 {
+		t.Fatalf("lease: handled %v, code %d, stderr %q", handled, code, stderr())
+	}
+	if fi, err := os.Stat(filepath.Join(dir, kubepod.LeaseFile)); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Fatalf("the lease file after a heartbeat: %v %v", fi, err)
+	}
+	if code, _ := a.kubeAgentSide("lease", []string{"--dir", dir, "extra"}); code != exitUsage || !strings.Contains(stderr(), "kube lease: takes no arguments") {
+		t.Errorf("lease with an argument: code %d, stderr %q", code, stderr())
 	}
 }

@@ -58,7 +58,7 @@ func commands() []command {
 		{"apply", "apply [--include-risky] RUN", "carry a run's changes into the project", (*app).cmdApply},
 		{"export", "export [--include-risky] --branch NAME RUN", "commit a run's changes on a new branch of the project", (*app).cmdExport},
 		{"discard", "discard RUN", "throw a run's changes away", (*app).cmdDiscard},
-		{"gc", gcUsage, "remove applied, discarded and unchanged runs", (*app).cmdGC},
+		{"gc", gcUsage, "remove applied, discarded and unchanged runs; recover what killed kubernetes runs left in their pods", (*app).cmdGC},
 		{"verify", "verify [--policy FILE] [--json]", "start a real sandbox with the policy and attack it from inside: a scorecard", (*app).cmdVerify},
 		{"probe", "probe [--json] [--only PREFIXES] [--timeout D] [--canaries JSON]", "run the escape probes here, inside any sandbox: a scorecard", (*app).cmdProbe},
 		{"doctor", doctorUsage, "say what this host (or, with --backend kubernetes, the cluster) supports, one line each", (*app).cmdDoctor},

@@ -257,8 +257,14 @@ func (a *app) cmdGC(args []string) int {
 	// Kubernetes runs whose cordon was interrupted: their pods and Secrets go first, whatever
 	// happens to their local records below.
 	cleaned, err := a.store().CleanKube(context.Background(), a.env)
-	for _, id := range cleaned {
-		fmt.Fprintf(a.stdout, "deleted the pod and Secret of %s from its cluster\n", id)
+	for _, c := range cleaned {
+		if c.Recovered {
+			fmt.Fprintf(a.stdout, "recovered %s from its pod: %d changed paths (cordon diff %s)\n", c.ID, c.Changes, c.ID)
+		}
+		if c.Note != "" {
+			fmt.Fprintf(a.stdout, "%s: %s\n", c.ID, c.Note)
+		}
+		fmt.Fprintf(a.stdout, "deleted the pod and Secret of %s from its cluster\n", c.ID)
 	}
 	if err != nil {
 		a.errorf("gc: %v", err)

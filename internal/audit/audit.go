@@ -71,6 +71,9 @@ const (
 	// KindService is a step of a fixture service's life (started, a fixture applied, removed), with
 	// no Decision: cordon did it, the sandbox asked for nothing. Name is the service's.
 	KindService Kind = "service"
+	// KindLease is the end of a run's lease (the kubernetes backend): no heartbeat came from cordon
+	// for the lease's length, so the gateway stopped the run. Decision is Deny; Reason says why.
+	KindLease Kind = "lease"
 )
 
 // Decision is what the boundary decided, written to the log as its string.

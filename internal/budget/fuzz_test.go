@@ -22,9 +22,11 @@ func fuzzMeter(t *testing.T, api API, ct string, body []byte, cut uint) {
 	if got := meter(api, ct, body[:c], body[c:]); got != whole {
 		t.Fatalf("split at %d: %+v, whole: %+v", c, got, whole)
 	}
-	// A byte at a time, an event stream never has a run of whole events in one Write: every
-	// byte goes through the parser, so this is the reference the skipping of usage-free runs
+	// Parsed whole, nothing skipped: the reference the skipping of usage-free runs
 	// (Meter.writeSSE) is held to.
+	if ref := parsed(api, ct, body); ref != whole {
+		t.Fatalf("parsed without skipping: %+v, whole: %+v", ref, whole)
+	}
 	bytewise := make([][]byte, len(body))
 	for i := range body {
 		bytewise[i] = body[i : i+1]
@@ -34,6 +36,9 @@ func fuzzMeter(t *testing.T, api API, ct string, body []byte, cut uint) {
 	}
 	if held := cap(m.doc.str) + cap(m.doc.capBuf) + len(m.doc.captures)*maxCapture; held > 8*maxCapture {
 		t.Fatalf("meter holds %d bytes", held)
+	}
+	if cap(m.pend) > maxPend {
+		t.Fatalf("meter holds %d bytes of a run", cap(m.pend))
 	}
 	if m.sse != nil && (cap(m.sse.field) > 2*maxField || cap(m.sse.name) > 2*maxName) {
 		t.Fatalf("sse parser holds %d+%d bytes", cap(m.sse.field), cap(m.sse.name))
@@ -61,6 +66,13 @@ func FuzzMeterSSE(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5}}}\n\n"+
 		"data: {\"delta\":\"a\"}\n\ndata: {\"delta\":\"b\"}\n\n\n\nevent: x\ndata: {\"usa\ndata: ge\":1}\n\n"+
 		"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\ndata: {}\n\n"), uint(60), false)
+	// OpenAI's chunks each carry "usage":null (skipped), before the one with the figures; nulls
+	// that are not followed by a byte ending a scalar, or at a line's end, or before a second key.
+	f.Add([]byte("data: {\"choices\":[],\"usage\":null}\n\ndata: {\"usage\":null}\r\n\ndata: {\"usage\":nullx}\n\n"+
+		"data: {\"usage\":null\ndata: }\n\ndata: {\"usage\":null,\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":3}}\n\n"), uint(40), true)
+	// A run's start held across pieces, ended by an LF split from the one before it; a tail with a CR.
+	f.Add([]byte("event: a\ndata: {\"x\":1}\n\nevent: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n"+
+		"\nevent: b\ndata: {\"y\":2}\r\rdata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":4}}\r\r"), uint(70), false)
 	f.Fuzz(func(t *testing.T, body []byte, cut uint, openai bool) {
 		api := Anthropic
 		if openai {
@@ -91,6 +103,22 @@ func FuzzLastBlank(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if got, want := lastBlank(p), bytes.LastIndex(p, blankLF); got != want {
 			t.Fatalf("lastBlank(%q) = %d, bytes.LastIndex = %d", p, got, want)
+		}
+	})
+}
+
+// FuzzKeySearch: the anchored search finds what bytes.Index finds, whichever letter it looks for.
+func FuzzKeySearch(f *testing.F) {
+	for _, s := range []string{"", `"usage"`, `x"usage":1`, `{xusage":1}`, `usage"usage"`, `"usag"usage"`, strings.Repeat("usage ", 50) + `"usage"`, `"usage`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		want := bytes.Index(p, usageKey)
+		for anchor := 1; anchor <= 4; anchor++ {
+			k := keySearch{anchor: anchor, left: 1 << 30}
+			if got := k.index(p); got != want {
+				t.Fatalf("anchored on %q: index(%q) = %d, bytes.Index = %d", usageKey[anchor], p, got, want)
+			}
 		}
 	})
 }

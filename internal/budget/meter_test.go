@@ -46,6 +46,14 @@ func readTestdata(t testing.TB, name string) []byte {
 	return b
 }
 
+// parsed runs body through a Meter that skips nothing: every byte goes through the parser.
+func parsed(api API, ct string, body []byte) Usage {
+	m := NewMeter(api, ct)
+	m.parseOnly = true
+	m.Write(body)
+	return m.Usage()
+}
+
 // meter runs body through a Meter in the given pieces.
 func meter(api API, ct string, pieces ...[]byte) Usage {
 	m := NewMeter(api, ct)
@@ -69,6 +77,9 @@ func TestMeter(t *testing.T) {
 			for name, b := range variants {
 				if got := meter(tc.api, tc.ct, b); got != tc.want {
 					t.Fatalf("%s, one write: got %+v, want %+v", name, got, tc.want)
+				}
+				if got := parsed(tc.api, tc.ct, b); got != tc.want {
+					t.Fatalf("%s, parsed without skipping: got %+v, want %+v", name, got, tc.want)
 				}
 				for i := 0; i <= len(b); i++ {
 					if got := meter(tc.api, tc.ct, b[:i], b[i:]); got != tc.want {
@@ -187,5 +198,45 @@ func TestMeterMidJSON(t *testing.T) {
 	m.Write(body[i:])
 	if got, want := m.Usage(), (Usage{Input: 93, Output: 46, CacheRead: 1024, Known: true}); got != want {
 		t.Fatalf("at the end: %+v, want %+v", got, want)
+	}
+}
+
+// TestMeterSkipsOnlyNull: an event stream's runs of events are skipped unparsed only when their
+// "usage" keys are all followed by null and a byte that ends it; any other value is read, in one
+// write (the skip) as a byte at a time (the parser).
+func TestMeterSkipsOnlyNull(t *testing.T) {
+	final := "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n"
+	known := Usage{Input: 5, Output: 2, Known: true}
+	unknown := Usage{Input: 5, Output: 2} // a usage that did not read makes the answer's unknown
+	for _, tc := range []struct {
+		name, events string
+		want         Usage
+	}{
+		{"nulls", "data: {\"usage\":null}\n\ndata: {\"usage\":null,\"x\":1}\n\ndata: {\"a\":[{\"usage\":null}]}\n\n", known},
+		{"null at a line's end", "data: {\"usage\":null\ndata: }\n\ndata: {\"usage\":null\r\ndata: }\n\n", known},
+		{"null then more", "data: {\"usage\":nullx}\n\n", unknown},
+		{"a string", "data: {\"usage\":\"null\"}\n\n", unknown},
+		{"a number", "data: {\"usage\" :7}\n\n", unknown},
+		{"a second key", "data: {\"usage\":null,\"usage\":9}\n\n", unknown},
+		{"after the final one", "", known},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.events + final)
+			if tc.name == "after the final one" {
+				body = []byte(final + "data: {\"usage\":null}\n\n")
+			}
+			bytewise := make([][]byte, len(body))
+			for i := range body {
+				bytewise[i] = body[i : i+1]
+			}
+			if got := parsed(OpenAI, ctSSE, body); got != tc.want {
+				t.Errorf("parsed without skipping: got %+v, want %+v", got, tc.want)
+			}
+			for name, pieces := range map[string][][]byte{"one write": {body}, "a byte at a time": bytewise} {
+				if got := meter(OpenAI, ctSSE, pieces...); got != tc.want {
+					t.Errorf("%s: got %+v, want %+v", name, got, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -40,6 +40,12 @@ type RunOptions struct {
 	StartTimeout time.Duration
 	// OnCreated is called once the pod exists (the local run records it for gc).
 	OnCreated func()
+	// Lease is the run's lease (kubepod.GatewayConfig.LeaseSeconds, which the objects were rendered
+	// with): cordon renews it from the gateway's start until Run returns. Zero renews nothing.
+	Lease time.Duration
+	// Warn receives a line when the lease could not be renewed (the pod stops the run after a lease
+	// without renewal); nil drops it.
+	Warn func(string)
 }
 
 // Result is how a run on the cluster ended.
@@ -55,6 +61,8 @@ type Result struct {
 	HasPatch bool
 	// TimedOut is set when the run's timeout ended it.
 	TimedOut bool
+	// Stopped says why the pod ended the agent itself (its lease lapsed); empty when it did not.
+	Stopped string
 }
 
 // StepError is a step of the pod that failed before the agent ran: which one and what it said.
@@ -116,16 +124,30 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 		startCtx, cancel = context.WithTimeout(ctx, opts.StartTimeout)
 		defer cancel()
 	}
+	// The lease is renewed until Run returns, the results fetched (the deferred deletion runs after).
+	var leasing sync.WaitGroup
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopLease(); leasing.Wait() }()
+
 	res = &Result{}
 	gatewayUp := false
 	err = c.watchPod(startCtx, pod.Name, func(p *Pod) (bool, error) {
-		if !gatewayUp && containerStarted(p.Status.InitContainerStatuses, ContainerGateway) && opts.Notify != nil {
+		if !gatewayUp && containerStarted(p.Status.InitContainerStatuses, ContainerGateway) {
 			gatewayUp = true
-			notices.Add(1)
-			go func() {
-				defer notices.Done()
-				c.followNotices(logCtx, pod.Name, opts.Notify)
-			}()
+			if opts.Notify != nil {
+				notices.Add(1)
+				go func() {
+					defer notices.Done()
+					c.followNotices(logCtx, pod.Name, opts.Notify)
+				}()
+			}
+			if opts.Lease > 0 {
+				leasing.Add(1)
+				go func() {
+					defer leasing.Done()
+					c.keepLease(leaseCtx, pod.Name, opts.Lease, opts.Warn)
+				}()
+			}
 		}
 		if err := stepFailure(p); err != nil {
 			return true, err
@@ -198,15 +220,130 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 		}
 	}
 
+	return res, c.results(ctx, pod.Name, res, opts.Patch, opts.Audit)
+}
+
+// results fetches the run's changes and audit log from the keeper into res, patch and audit.
+func (c *Client) results(ctx context.Context, pod string, res *Result, patch, audit io.Writer) error {
 	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	hdr, end, err := c.fetch(fetchCtx, pod.Name, opts.Patch, opts.Audit)
+	hdr, end, err := c.fetch(fetchCtx, pod, patch, audit)
 	if err != nil {
-		return res, fmt.Errorf("kube: fetching the run's changes and audit log: %w", err)
+		return fmt.Errorf("kube: fetching the run's changes and audit log: %w", err)
 	}
 	res.Status = hdr.Status
 	res.HasPatch = end.HasPatch
-	return res, nil
+	if hdr.Status != nil {
+		res.Stopped = hdr.Status.Stopped
+	}
+	return nil
+}
+
+// ErrNoPod is Recover's error for a run whose pod is not in the namespace (deleted already).
+var ErrNoPod = errors.New("kube: the run's pod is gone")
+
+// ErrStillRunning is Recover's error for a run whose agent did not end within the wait.
+var ErrStillRunning = errors.New("kube: the run's agent is still running")
+
+// Recover fetches what a run whose cordon was interrupted left in its pod: it waits, at most wait,
+// for the agent to end (its lease ends it once cordon's heartbeat has stopped), then fetches the
+// changes and the audit log as Run does. It does not delete anything (DeleteRun does).
+func (c *Client) Recover(ctx context.Context, runID string, wait time.Duration, patch, audit io.Writer) (*Result, error) {
+	name := PodName(runID)
+	if _, err := c.getPod(ctx, name); err != nil {
+		if IsNotFound(err) {
+			return nil, ErrNoPod
+		}
+		return nil, fmt.Errorf("kube: reading the run's pod: %w", err)
+	}
+	res := &Result{}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := c.watchPod(wctx, name, func(p *Pod) (bool, error) {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == ContainerClone && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
+				res.Base = strings.TrimSpace(s.State.Terminated.Message)
+			}
+		}
+		if err := stepFailure(p); err != nil {
+			return true, err // the agent never ran: nothing to fetch
+		}
+		st := containerStatus(p.Status.ContainerStatuses, ContainerAgent)
+		if st == nil || st.State.Terminated == nil {
+			return p.Status.Phase == "Failed" || p.Status.Phase == "Succeeded", nil
+		}
+		res.ExitCode = int(st.State.Terminated.ExitCode)
+		if r := st.State.Terminated.Reason; r != "" && r != "Completed" && r != "Error" {
+			res.Reason = r
+		}
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil, fmt.Errorf("%w after %s in pod %s", ErrStillRunning, wait, name)
+	case err != nil:
+		return nil, err
+	}
+	if p, err := c.getPod(ctx, name); err != nil || !agentEnded(p) {
+		return nil, fmt.Errorf("kube: the run's agent never ran in pod %s: nothing to fetch", name)
+	}
+	return res, c.results(ctx, name, res, patch, audit)
+}
+
+// keepLease renews the run's lease until ctx ends: an exec of kubepod.LeaseArgs in the gateway's
+// container whose stdin is a heartbeat, a byte every kubepod.HeartbeatEvery(lease). An exec that
+// breaks (the API server or the kubelet restarted, the network blinked) is made again; each failure
+// goes to warn, since a lease that is not renewed ends the run.
+func (c *Client) keepLease(ctx context.Context, pod string, lease time.Duration, warn func(string)) {
+	every := kubepod.HeartbeatEvery(lease)
+	cmd := append(append([]string{kubepod.BinaryInImage}, kubepod.LeaseArgs...), "--dir", kubepod.TrustDir)
+	for {
+		var stderr bytes.Buffer
+		err := c.exec(ctx, pod, ContainerGateway, cmd, streamOptions{Stdin: &heartbeat{ctx: ctx, every: every}, Stderr: &stderr})
+		if ctx.Err() != nil {
+			return
+		}
+		if warn != nil {
+			msg := "the exec ended"
+			if err != nil {
+				msg = err.Error()
+			}
+			if s := strings.TrimSpace(stderr.String()); s != "" {
+				msg += " (" + s + ")"
+			}
+			warn(fmt.Sprintf("renewing the run's lease in pod %s: %s; retrying (the pod stops the run after %s without one)", pod, msg, lease))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// heartbeat is the lease's stdin: a byte at once, then one every every, and the end once ctx ends.
+type heartbeat struct {
+	ctx     context.Context
+	every   time.Duration
+	started bool
+}
+
+func (h *heartbeat) Read(p []byte) (int, error) {
+	if h.started {
+		t := time.NewTimer(h.every)
+		defer t.Stop()
+		select {
+		case <-h.ctx.Done():
+			return 0, io.EOF
+		case <-t.C:
+		}
+	}
+	h.started = true
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0] = '.'
+	return 1, nil
 }
 
 // fetch execs the keeper's fetch and reads its bundle.

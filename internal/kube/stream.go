@@ -212,6 +212,6 @@ func (c *Client) attach(ctx context.Context, pod, container string, o streamOpti
 }
 
 func (c *Client) exec(ctx context.Context, pod, container string, cmd []string, o streamOptions) error {
-	q := url.Values{"container": {container}, "stdout": {"true"}, "stderr": {"true"}, "command": cmd}
+	q := url.Values{"container": {container}, "stdout": {"true"}, "stderr": {"true"}, "stdin": {fmt.Sprint(o.Stdin != nil)}, "command": cmd}
 	return c.stream(ctx, c.nsPath("", "pods", pod)+"/exec", q, o)
 }

@@ -247,7 +247,9 @@ func TestParseErrors(t *testing.T) {
 		{"hostname bad", "version: 1\nsandbox:\n  hostname: my_box\n", `3:13: sandbox.hostname: "my_box" is not a valid host name (expected letters, digits, - and dots, at most 64 characters)`},
 		{"kubernetes namespace", "version: 1\nsandbox:\n  kubernetes:\n    namespace: Agents\n", `4:16: sandbox.kubernetes.namespace: "Agents" is not a namespace name (lower-case letters, digits and -, at most 63)`},
 		{"kubernetes image", "version: 1\nsandbox:\n  kubernetes:\n    image: \"a b\"\n", `4:12: sandbox.kubernetes.image: "a b" is not an image reference`},
-		{"kubernetes unknown", "version: 1\nsandbox:\n  kubernetes:\n    pod: x\n", `4:5: sandbox.kubernetes.pod: unknown field (expected one of context, cordonImage, image, namespace, runtimeClass)`},
+		{"kubernetes unknown", "version: 1\nsandbox:\n  kubernetes:\n    pod: x\n", `4:5: sandbox.kubernetes.pod: unknown field (expected one of context, cordonImage, image, lease, namespace, runtimeClass)`},
+		{"kubernetes lease too short", "version: 1\nsandbox:\n  kubernetes:\n    lease: 2s\n", `4:12: sandbox.kubernetes.lease: "2s" is not a lease (expected a duration of at least 5s, such as 30s or 2m)`},
+		{"kubernetes lease not a duration", "version: 1\nsandbox:\n  kubernetes:\n    lease: soon\n", `4:12: sandbox.kubernetes.lease: "soon" is not a lease (expected a duration of at least 5s, such as 30s or 2m)`},
 		{"isolation unknown", "version: 1\nsandbox:\n  isolation: kvm\n", `3:14: sandbox.isolation: "kvm" is not an isolation tier (expected native or gvisor)`},
 		{"runsc relative", "version: 1\nsandbox:\n  runsc: bin/runsc\n", `3:10: sandbox.runsc: "bin/runsc" is relative (expected an absolute path or one starting with ~/)`},
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -39,7 +40,15 @@ type Kubernetes struct {
 	// RuntimeClass is the agent pod's runtimeClassName (gVisor's where the cluster has it); empty
 	// means the cluster's default runtime.
 	RuntimeClass string
+	// Lease is how long the pod runs on without a heartbeat from cordon (cordon killed, or cut off
+	// from the cluster) before its gateway stops the run: egress ends, the agent is stopped and its
+	// changes are kept for cordon gc. Zero means the default (30s); at least MinKubeLease.
+	Lease time.Duration
 }
+
+// MinKubeLease is the shortest sandbox.kubernetes.lease: cordon's heartbeat goes through the API
+// server and the kubelet, which a busy cluster delays by a second or two.
+const MinKubeLease = 5 * time.Second
 
 // The isolation tiers a policy may name.
 const (
@@ -116,6 +125,18 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) (*Kubernetes, error) {
 		field{"context", name(&k.Context, func(s string) bool { return s != "" }, "a kubeconfig context")},
 		field{"cordonImage", name(&k.CordonImage, validImage, "an image reference")},
 		field{"image", name(&k.Image, validImage, "an image reference")},
+		field{"lease", func(v *yaml.Node, p string) error {
+			s, err := d.str(v, p)
+			if err != nil {
+				return err
+			}
+			t, err := time.ParseDuration(s)
+			if err != nil || t < MinKubeLease {
+				return d.errf(v, p, "%q is not a lease (expected a duration of at least %s, such as 30s or 2m)", s, MinKubeLease)
+			}
+			k.Lease = t
+			return nil
+		}},
 		field{"namespace", name(&k.Namespace, validDNSLabel, "a namespace name (lower-case letters, digits and -, at most 63)")},
 		field{"runtimeClass", name(&k.RuntimeClass, validDNSSubdomain, "a RuntimeClass name (lower-case letters, digits, - and dots)")},
 	)

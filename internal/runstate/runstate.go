@@ -86,6 +86,11 @@ type KubeRef struct {
 	Context    string `json:"context,omitempty"`
 	Namespace  string `json:"namespace"`
 	Server     string `json:"server,omitempty"`
+	// Repo and Ref are what the pod cloned, and Lease how long its pod runs on without cordon: what
+	// cordon gc needs to recover the changes of a run whose cordon was interrupted.
+	Repo  string        `json:"repo,omitempty"`
+	Ref   string        `json:"ref,omitempty"`
+	Lease time.Duration `json:"lease,omitempty"`
 	// Cleaned says the run's objects were deleted from the cluster.
 	Cleaned bool `json:"cleaned,omitempty"`
 }

@@ -42,6 +42,10 @@ type AgentOptions struct {
 	Stdin, Stdout, Stderr *os.File
 	// OutDir receives kubepod.PatchFile and kubepod.StatusFile (kubepod.OutDir when empty).
 	OutDir string
+	// StopDir is where the gateway writes kubepod.StopFile when the run's lease lapses
+	// (kubepod.TrustDir); the wrapper then ends the command as a timeout would and makes its patch.
+	// Empty watches nothing.
+	StopDir string
 
 	// helloWait, for tests, is called once Stdin is raw and the wrapper waits for the hello.
 	helloWait func()
@@ -81,14 +85,41 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 	if err := clearResults(o.OutDir); err != nil {
 		return exitWrapper, err
 	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	stop := watchStop(watchCtx, o.StopDir)
 	if o.Attach {
-		if err := readHello(o.Stdin, o.helloWait); err != nil {
-			return exitWrapper, err
+		hello := make(chan error, 1)
+		go func() { hello <- readHello(o.Stdin, o.helloWait) }()
+		select {
+		case err := <-hello:
+			if err != nil {
+				return exitWrapper, err
+			}
+		case reason := <-stop:
+			// cordon never attached: nothing of the command ran, and nothing changed.
+			err := fmt.Errorf("agent: %s; nothing was run", reason)
+			return exitWrapper, errors.Join(err, writeStatus(o.OutDir, &kubepod.Status{Version: kubepod.Version, Base: o.Base, Stopped: reason}))
 		}
 		waitForSize(o.Stdin, time.Second)
 	}
-	code, runErr, killErr := runAndKill(ctx, o)
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	stopped := make(chan string, 1)
+	go func() {
+		select {
+		case reason := <-stop:
+			stopped <- reason
+			endRun()
+		case <-runCtx.Done():
+		}
+	}()
+	code, runErr, killErr := runAndKill(runCtx, o)
 	st := kubepod.Status{Version: kubepod.Version, Base: o.Base}
+	select {
+	case st.Stopped = <-stopped:
+	default:
+	}
 	// What the command wrote to OutDir goes, whatever comes of the patch (should a leftover of its
 	// outlive the kill and write again, PatchError says so, and a patch beside it is not the wrapper's).
 	clearErr := clearResults(o.OutDir)
@@ -110,6 +141,32 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		return code, errors.Join(runErr, patchErr, err)
 	}
 	return code, errors.Join(runErr, patchErr)
+}
+
+// watchStop returns a channel that gets the reason once dir/kubepod.StopFile exists (the gateway
+// stopped the run); it never does when dir is empty. The file is looked for four times a second: the
+// lease is seconds long, and the gateway has stopped egress already when it appears.
+func watchStop(ctx context.Context, dir string) <-chan string {
+	stop := make(chan string, 1)
+	if dir == "" {
+		return stop
+	}
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if reason, ok := Stopped(dir); ok {
+				stop <- reason
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return stop
 }
 
 // detachedHead is the commit dir's .git/HEAD names, which must be detached (as Clone leaves it).

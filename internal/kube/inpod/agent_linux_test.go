@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/creack/pty"
 
@@ -569,6 +570,118 @@ func TestAgentResults(t *testing.T) {
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Error("the command ran")
+		}
+	})
+}
+
+// TestAgentStopped: the gateway's stop file (the run's lease lapsed) ends a command that would run
+// for ten minutes, and its leftovers, as a timeout would: the changes it made so far are the patch,
+// the status says why it was stopped, nothing is left alive. Before the attach hello, the stop
+// ends the wrapper with nothing run. Without the wrapper's watch, both runs go on to the test's
+// deadline.
+func TestAgentStopped(t *testing.T) {
+	const reason = "no heartbeat from cordon for 5s (the lease is 5s): test"
+	stopFile := func(t *testing.T, dir string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, kubepod.StopFile), []byte(reason+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(t *testing.T, r *agentRun) agentReport {
+		t.Helper()
+		exited := make(chan error, 1)
+		go func() { exited <- r.Wait() }()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("agent child: %v", err)
+			}
+			return r.readReport(t)
+		case <-time.After(time.Minute):
+			_ = r.Process.Kill()
+			<-exited
+			t.Fatal("the wrapper did not stop the command within a minute of the stop file")
+			return agentReport{}
+		}
+	}
+
+	t.Run("running", func(t *testing.T) {
+		c := newCheckout(t)
+		stop := t.TempDir()
+		r := agentCmd(t, agentChild{Dir: c.dir, Base: c.base, StopDir: stop, Env: agentEnv(), Args: script(`
+echo changed >> README
+(trap '' TERM INT HUP; exec sleep 601) &
+touch started
+exec sleep 600`)})
+		var stderr bytes.Buffer
+		r.Stderr = &stderr
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(c.dir, "started")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = r.Process.Kill()
+				t.Fatalf("the command did not start:\n%s", stderr.String())
+			}
+		}
+		stopFile(t, stop)
+		rep := wait(t, r)
+		if rep.Code != 128+int(syscall.SIGKILL) || rep.Err != "" {
+			t.Fatalf("wrapper: code %d, error %q; want %d (the command killed) and none\n%s", rep.Code, rep.Err, 128+int(syscall.SIGKILL), stderr.String())
+		}
+		if len(rep.Alive) > 0 {
+			t.Errorf("alive after the wrapper was done: %q", rep.Alive)
+		}
+		st := r.status(t)
+		if st == nil || st.Stopped != reason || st.PatchError != "" {
+			t.Fatalf("status %+v, want Stopped %q and no patch error", st, reason)
+		}
+		patch, _ := r.outFile(t, kubepod.PatchFile)
+		if !strings.Contains(patch, "b/README") || !strings.Contains(patch, "+changed") {
+			t.Errorf("the patch lacks the change made before the stop:\n%s", patch)
+		}
+	})
+
+	t.Run("before the hello", func(t *testing.T) {
+		c := newCheckout(t)
+		stop := t.TempDir()
+		ran := filepath.Join(c.dir, "ran")
+		r := agentCmd(t, agentChild{Dir: c.dir, Base: c.base, StopDir: stop, Attach: true, HelloFD: true, Env: agentEnv(), Args: script("touch " + ran)})
+		stdin, w, err := os.Pipe() // never written: cordon never attached
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		hr, hw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Stdin, r.ExtraFiles = stdin, []*os.File{hw}
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stdin.Close()
+		hw.Close()
+		if _, err := hr.Read(make([]byte, 1)); err != nil {
+			t.Fatalf("the wrapper never waited for the hello: %v", err)
+		}
+		hr.Close()
+		stopFile(t, stop)
+		rep := wait(t, r)
+		if rep.Code != exitWrapper || !strings.Contains(rep.Err, "nothing was run") {
+			t.Fatalf("wrapper: code %d, error %q; want %d and nothing run", rep.Code, rep.Err, exitWrapper)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Error("the command ran although cordon never attached")
+		}
+		if st := r.status(t); st == nil || st.Stopped != reason {
+			t.Errorf("status %+v, want Stopped %q", st, reason)
+		}
+		if _, ok := r.outFile(t, kubepod.PatchFile); ok {
+			t.Error("a patch was made for a command that never ran")
 		}
 	})
 }

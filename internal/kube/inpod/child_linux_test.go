@@ -25,6 +25,7 @@ const childEnv = "CORDON_INPOD_TEST_AGENT"
 // namespace.
 type agentChild struct {
 	Dir, Base, OutDir string
+	StopDir           string
 	Attach            bool
 	Args, Env         []string
 	// Report is the file the child writes its agentReport to.
@@ -61,7 +62,7 @@ func agentChildMain() int {
 		fmt.Fprintln(os.Stderr, "agent child:", err)
 		return 3
 	}
-	o := AgentOptions{Dir: c.Dir, Base: c.Base, OutDir: c.OutDir, Attach: c.Attach, Args: c.Args, Env: c.Env,
+	o := AgentOptions{Dir: c.Dir, Base: c.Base, OutDir: c.OutDir, StopDir: c.StopDir, Attach: c.Attach, Args: c.Args, Env: c.Env,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
 	if c.HelloFD {
 		ready := os.NewFile(3, "hello-wait")
@@ -135,6 +136,12 @@ func (r *agentRun) report(t *testing.T) agentReport {
 	if err := r.Wait(); err != nil {
 		t.Fatalf("agent child: %v", err)
 	}
+	return r.readReport(t)
+}
+
+// readReport reads the report of a child that has exited.
+func (r *agentRun) readReport(t *testing.T) agentReport {
+	t.Helper()
 	b, err := os.ReadFile(r.c.Report)
 	if err != nil {
 		t.Fatalf("agent child wrote no report: %v", err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/atomicfile"
+	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/egress/gateway"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
@@ -163,6 +164,13 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 	if err != nil {
 		return err
 	}
+	if reason, stopped := Stopped(opts.TrustDir); stopped {
+		// The sidecar restarted after the lease lapsed: it must not serve again. It stays up, so that
+		// the kubelet does not restart it in a loop, and serves nothing.
+		log.Warn("the run was stopped; this gateway does not serve", "run", cfg.RunID, "reason", reason)
+		<-ctx.Done()
+		return nil
+	}
 	gw, err := build(ctx, cfg, opts)
 	if err != nil {
 		return err
@@ -190,9 +198,17 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 	}
 	log.Info("the gateway serves", "run", cfg.RunID, "ports", kubepod.Ports())
 
+	var lapsed <-chan string
+	if cfg.LeaseSeconds > 0 {
+		lctx, stop := context.WithCancel(ctx)
+		defer stop()
+		lapsed = watchLease(lctx, opts.TrustDir, time.Duration(cfg.LeaseSeconds)*time.Second)
+	}
 	select {
 	case <-ctx.Done():
 	case <-gw.Done():
+	case reason := <-lapsed:
+		return stopServing(ctx, gw, cfg, opts.TrustDir, reason, log)
 	}
 	_ = os.Remove(ready)
 	sum, err := gw.Close()
@@ -207,6 +223,25 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 	if err != nil {
 		return fmt.Errorf("gateway: closing: %w", err)
 	}
+	return nil
+}
+
+// stopServing ends a run whose lease lapsed: the lapse is written to the audit log, the gateway
+// closed, which cuts every connection the agent has open, and the stop recorded (for the wrapper,
+// and for this gateway should its container restart); then it waits for its own end, serving nothing, so
+// that the kubelet does not start another.
+func stopServing(ctx context.Context, gw *gateway.Gateway, cfg *kubepod.GatewayConfig, dir, reason string, log *slog.Logger) error {
+	// Egress stops first; then the wrapper is told.
+	_ = os.Remove(filepath.Join(dir, kubepod.ReadyFile))
+	gw.Record(audit.Event{Time: time.Now(), Kind: audit.KindLease, Decision: audit.Deny, Name: cfg.RunID, Reason: reason})
+	sum, err := gw.Close()
+	serr := stopRun(dir, reason)
+	log.Warn("the run's lease lapsed: the gateway stopped serving", "run", cfg.RunID, "reason", reason,
+		"allowed", sum.Allowed, "denied", sum.Denied)
+	if err = errors.Join(serr, err); err != nil {
+		log.Error("stopping the run", "err", err)
+	}
+	<-ctx.Done()
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -53,6 +54,9 @@ const realToken = "ghp_REALpodtoken0123456789abcdefghijklmn"
 type upstream struct {
 	mu   sync.Mutex
 	auth []string // the Authorization header of every request, in order
+	// held gets a value when a request for /held arrives, whose answer sends its header and then
+	// holds the connection open until the client goes (it is not counted in auth).
+	held chan struct{}
 }
 
 func (u *upstream) reset() {
@@ -77,6 +81,7 @@ type testPod struct {
 	caFile                     string // the test CA, readable by the agent's uid
 	up                         *upstream
 	placeholder                string
+	lease                      int // the config's LeaseSeconds
 }
 
 func newTestPod(t *testing.T) *testPod {
@@ -84,7 +89,7 @@ func newTestPod(t *testing.T) *testPod {
 	if _, err := os.Stat("/usr/bin/curl"); err != nil {
 		t.Skip("needs curl")
 	}
-	p := &testPod{pod: nstest.New(t), out: nstest.New(t), bin: nstest.Executable(t), ca: testpki.NewCA(t, "pod test CA"), up: &upstream{}}
+	p := &testPod{pod: nstest.New(t), out: nstest.New(t), bin: nstest.Executable(t), ca: testpki.NewCA(t, "pod test CA"), up: &upstream{held: make(chan struct{}, 1)}}
 	nstest.Veth(t,
 		p.pod, nstest.Link{Name: "eth0", Addrs: []netip.Prefix{netip.PrefixFrom(podAddr, 24)}, Gateways: []netip.Addr{outAddr}},
 		p.out, nstest.Link{Name: "node0", Addrs: []netip.Prefix{netip.PrefixFrom(outAddr, 24), netip.PrefixFrom(upAddr, 32)}})
@@ -134,6 +139,13 @@ func (p *testPod) serveOutside(t *testing.T) {
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/held" {
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				p.up.held <- struct{}{}
+				<-r.Context().Done()
+				return
+			}
 			p.up.mu.Lock()
 			p.up.auth = append(p.up.auth, r.Header.Get("Authorization"))
 			p.up.mu.Unlock()
@@ -177,7 +189,7 @@ func (p *testPod) writeConfig(t *testing.T) {
 	p.placeholder = ex[0].Placeholder
 	pol := "version: 1\nnetwork:\n  allow: [api.test]\n  dns: {upstream: [\"" + netip.AddrPortFrom(outAddr, 53).String() + "\"]}\n"
 	b, err := json.Marshal(kubepod.GatewayConfig{Version: kubepod.Version, RunID: "podtest", PolicyName: "/home/u/.config/cordon/policy.yaml",
-		Policy: []byte(pol), Hostname: "cordon-podtest", Credentials: ex, Roots: p.ca.PEM})
+		Policy: []byte(pol), Hostname: "cordon-podtest", Credentials: ex, Roots: p.ca.PEM, LeaseSeconds: p.lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,5 +573,132 @@ func TestGatewayStopsWhenAServerFails(t *testing.T) {
 				t.Error("the ready file outlived the gateway")
 			}
 		})
+	}
+}
+
+// TestPodLeaseLapses: a gateway whose lease is renewed serves past the lease's length; once the
+// renewals stop (cordon killed), it writes the stop file within the lease, cuts the connection the
+// agent holds open, refuses everything after, logs the lapse, and stays up serving nothing; restarted,
+// it does not serve again. Without the gateway's watch, the stop file never appears and the held
+// connection stays open.
+func TestPodLeaseLapses(t *testing.T) {
+	nstest.RequireRoot(t)
+	p := newTestPod(t)
+	p.lease = 2
+	p.writeConfig(t)
+	p.setup(t)
+	g := p.startGateway(t)
+	bundle := filepath.Join(p.trust, kubepod.TrustBundle)
+	auth := "Authorization: Bearer " + p.placeholder
+
+	// cordon's heartbeat, through Lease as the exec runs it, for twice the lease.
+	beat, heart := io.Pipe()
+	leaseDone := make(chan error, 1)
+	go func() { leaseDone <- Lease(beat, p.trust) }()
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if _, err := heart.Write([]byte{'.'}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := p.curl(t, "--cacert", bundle, "-H", auth, "https://api.test/v1"); err != nil {
+		t.Fatalf("curl with the lease renewed for twice its length: %v: %s\ngateway: %s", err, out, g.stderr)
+	}
+	if _, ok := Stopped(p.trust); ok {
+		t.Fatal("the run was stopped while its lease was renewed")
+	}
+
+	// The agent holds a request open across the lapse.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	held := p.pod.Command(ctx, kubepod.AgentUID, kubepod.AgentUID, "/usr/bin/curl", "-sS", "--max-time", "100", "--cacert", bundle, "-H", auth, "https://api.test/held")
+	var heldOut lockedBuffer
+	held.Stdout, held.Stderr = &heldOut, &heldOut
+	if err := held.Start(); err != nil {
+		t.Fatal(err)
+	}
+	heldDone := make(chan error, 1)
+	go func() { heldDone <- held.Wait() }()
+	select {
+	case <-p.up.held:
+	case err := <-heldDone:
+		t.Fatalf("the held request ended before it reached the upstream: %v: %s", err, heldOut.String())
+	case <-time.After(time.Minute):
+		t.Fatal("the held request did not reach the upstream")
+	}
+
+	stopped := watchFor(t, p.trust, kubepod.StopFile)
+	lapsing := time.Now()
+	if err := heart.Close(); err != nil { // cordon is gone
+		t.Fatal(err)
+	}
+	if err := <-leaseDone; err != nil {
+		t.Fatalf("Lease at the heartbeat's end: %v", err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no stop file 30s after the heartbeat stopped (lease 2s):\n%s", g.stderr)
+	}
+	if d := time.Since(lapsing); d > 10*time.Second {
+		t.Errorf("the lease of 2s lapsed after %s", d)
+	}
+	select {
+	case err := <-heldDone:
+		if err == nil {
+			t.Errorf("the held request ended cleanly: %s", heldOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection the agent held is still open after the lease lapsed")
+	}
+	reason, ok := Stopped(p.trust)
+	if !ok || !strings.Contains(reason, "no heartbeat from cordon") {
+		t.Errorf("the stop file says %q (%v)", reason, ok)
+	}
+	if err := Ready(p.trust); err == nil {
+		t.Error("the ready file outlived the lapse")
+	}
+	seen := len(p.up.seen())
+	p.requireNoEgress(t, bundle, auth, seen)
+	select {
+	case <-g.exited:
+		t.Fatalf("the gateway exited after the lapse (its container would restart): %v", g.err)
+	default:
+	}
+	var logged bool
+	for _, ev := range p.auditEvents(t) {
+		if ev.Kind == audit.KindLease && ev.Decision == audit.Deny && strings.Contains(ev.Reason, "no heartbeat") {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("the audit log has no lease event: %v", p.auditEvents(t))
+	}
+	if err := g.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("the stopped gateway exited with %v on SIGTERM, want 0:\n%s", err, g.stderr)
+	}
+
+	// The sidecar restarts: it reads the stop file and serves nothing.
+	cmd := p.pod.Command(context.Background(), kubepod.GatewayUID, kubepod.GatewayUID, p.bin, p.config, p.trust, p.audit)
+	cmd.Env = append(cmd.Env, envMode+"=gateway")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(stderr.String(), "does not serve"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("the restarted gateway did not say it does not serve:\n%s", stderr.String())
+		}
+	}
+	if err := Ready(p.trust); err == nil {
+		t.Error("the restarted gateway wrote its ready file")
+	}
+	p.requireNoEgress(t, bundle, auth, seen)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-exited; err != nil {
+		t.Errorf("the restarted gateway exited with %v on SIGTERM:\n%s", err, stderr.String())
 	}
 }

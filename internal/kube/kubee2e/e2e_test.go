@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/creack/pty"
@@ -386,22 +387,41 @@ grep -rl %s /run/cordon /workspace /tmp /home 2>/dev/null && echo FOUND-REAL || 
 	}
 }
 
-// TestKubeKilledCordonIsCleanedByGC: cordon killed with SIGKILL mid-run leaves its pod and Secret;
-// cordon gc deletes them.
-func TestKubeKilledCordonIsCleanedByGC(t *testing.T) {
+// TestKubeKilledCordonStopsThePod: a run lives past its lease (5s) while cordon renews it; then
+// cordon is killed with SIGKILL. Within the lease the pod's gateway stops the run (inpod's
+// TestPodLeaseLapses attacks what that stop holds): the agent, which would have slept for ten
+// minutes, ends. cordon gc then fetches the change the agent made into the local run (cordon diff
+// shows it, cordon log the lapse) and deletes the pod and the Secret. With no renewal the run would
+// end at its lease, before the kill; with the gateway's watch gone, the agent would run on.
+func TestKubeKilledCordonStopsThePod(t *testing.T) {
 	e := setup(t)
 	local := e.localClone(t)
-	pol := e.policy(t, "")
+	pol := e.policy(t, "sandbox:\n  kubernetes:\n    lease: 5s\n")
 	ns := e.cluster.Namespace(t)
-	cmd := e.runCmd(local, pol, ns, nil, "sleep", "600")
+	cmd := e.runCmd(local, pol, ns, nil, "sh", "-c", "echo kept > kept.txt; exec sleep 600")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	cs := e.cluster.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	agentState := func(pod string) (running, ended bool) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, true // the run ended and cordon deleted its pod
+		}
+		if err != nil {
+			t.Fatalf("the run's pod: %v", err)
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Name == "agent" {
+				return st.State.Running != nil, st.State.Terminated != nil
+			}
+		}
+		return false, false
+	}
 	var pod string
 	for pod == "" {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=cordon"})
@@ -409,7 +429,7 @@ func TestKubeKilledCordonIsCleanedByGC(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range pods.Items {
-			if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+			if running, _ := agentState(p.Name); running {
 				pod = p.Name
 			}
 		}
@@ -418,17 +438,46 @@ func TestKubeKilledCordonIsCleanedByGC(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// Twice the lease, renewed: the agent runs on.
+	time.Sleep(10 * time.Second)
+	if running, _ := agentState(pod); !running {
+		t.Fatalf("the agent ended while cordon renewed its lease; cordon said:\n%s", errb.String())
+	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
-	if _, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err != nil {
-		t.Fatalf("the pod went with cordon (the test expects it left): %v", err)
+	killed := time.Now()
+	for {
+		if _, ended := agentState(pod); ended {
+			break
+		}
+		if time.Since(killed) > 60*time.Second {
+			t.Fatal("the agent still runs a minute after cordon was killed (lease 5s)")
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
+	t.Logf("the agent ended %s after cordon was killed (lease 5s)", time.Since(killed).Round(100*time.Millisecond))
+
 	out, err := e.cordonCmd(local, "gc", "--all").CombinedOutput()
 	if err != nil {
 		t.Fatalf("cordon gc: %v\n%s", err, out)
 	}
 	id := strings.TrimPrefix(pod, "cordon-")
 	e.noLeftovers(t, ns, id)
+	if !strings.Contains(string(out), "recovered") || !strings.Contains(string(out), "no heartbeat from cordon") {
+		t.Errorf("cordon gc did not say it recovered the run stopped by its lease:\n%s", out)
+	}
+	runID := runID(t, string(out))
+	diff, err := e.cordonCmd(local, "diff", runID).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cordon diff %s: %v\n%s", runID, err, diff)
+	}
+	if !strings.Contains(string(diff), "+kept") {
+		t.Errorf("the recovered run lacks the agent's change:\n%s", diff)
+	}
+	show, err := e.cordonCmd(local, "log", runID).CombinedOutput()
+	if err != nil || !strings.Contains(string(show), "lease") {
+		t.Errorf("cordon log %s does not show the lapsed lease: %v\n%s", runID, err, show)
+	}
 }
 
 // noLeftovers waits until the run's pod and Secret are gone.

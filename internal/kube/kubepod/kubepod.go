@@ -24,6 +24,14 @@
 //     with the command's status.
 //  5. "keeper" (cordon image, KeeperUID): holds the pod open after the agent has exited, so that
 //     cordon can fetch OutDir and the audit log through the API (exec of the Fetch subcommand).
+//
+// The run's lease: while cordon runs, it keeps an exec of the Lease subcommand open in the gateway's
+// container and sends it a heartbeat (HeartbeatEvery), which touches TrustDir/LeaseFile. When no
+// heartbeat has come for GatewayConfig.LeaseSeconds (cordon was killed, or lost the cluster), the
+// gateway writes TrustDir/StopFile, stops serving (egress stops, open connections are cut) and does
+// not serve again if its container restarts; the wrapper, seeing StopFile, ends the command as a
+// timeout would and makes its patch, which the keeper holds for cordon gc. A pod outlives its cordon
+// by one lease at most.
 package kubepod
 
 import (
@@ -31,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/creds"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
@@ -42,7 +51,9 @@ func Ports() sandbox.EgressPorts {
 	return sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 15053}
 }
 
-// Version is the format of ConfigFile, StatusFile and Fetch's stream. The inside refuses another.
+// Version is the format of ConfigFile, StatusFile and Fetch's stream. The inside refuses another,
+// and a config with a field it does not know (a gateway older than the cordon that rendered the
+// pod refuses a lease it could not keep).
 const Version = 1
 
 // Identities inside the pod. The redirect exempts GatewayUID only; the agent, the clone step and the
@@ -73,6 +84,12 @@ const (
 	// when the gateway intercepts nothing and the policy names no CA file.
 	RunCA     = "run-ca.pem"
 	ReadyFile = "ready" // exists once the gateway serves
+	// LeaseFile is touched by the Lease subcommand at every heartbeat of cordon's; its modification
+	// time is the lease's last renewal.
+	LeaseFile = "lease"
+	// StopFile exists once the gateway has stopped because the lease lapsed; it holds the reason, one
+	// line. Only the gateway's uid can write TrustDir, so nothing the agent does makes or removes it.
+	StopFile = "stopped"
 	// AuditDir is the gateway's audit log (emptyDir: written by the gateway, read-only to the keeper).
 	AuditDir  = "/run/cordon/audit"
 	AuditFile = "audit.jsonl"
@@ -94,7 +111,20 @@ var (
 	AgentArgs   = []string{"kube", "agent"}   // + [--attach] --dir Checkout [--base COMMIT] -- CMD... (no --base: the checkout's detached HEAD)
 	KeeperArgs  = []string{"kube", "keep"}    // waits for SIGTERM
 	FetchArgs   = []string{"kube", "fetch"}   // writes a Bundle of OutDir and the audit log to stdout
+	LeaseArgs   = []string{"kube", "lease"}   // + --dir TrustDir: renews the lease at every byte on stdin
 )
+
+// Bounds of GatewayConfig.LeaseSeconds (the policy's sandbox.kubernetes.lease).
+const (
+	DefaultLease = 30 * time.Second
+	MinLease     = 5 * time.Second
+)
+
+// HeartbeatEvery is how often cordon renews a lease of the given length: often enough that a few
+// heartbeats lost to a slow API server do not end the run.
+func HeartbeatEvery(lease time.Duration) time.Duration {
+	return min(max(lease/6, 500*time.Millisecond), 5*time.Second)
+}
 
 // GatewayLine is one line of the gateway's standard output, which cordon follows in the gateway
 // container's log to show the user what the local run shows on the terminal: Cordon is the line's
@@ -144,6 +174,9 @@ type GatewayConfig struct {
 	CAFile []byte `json:"caFile,omitempty"`
 	// AuditMaxBytes caps the audit log; 0 means the default.
 	AuditMaxBytes int64 `json:"auditMaxBytes,omitempty"`
+	// LeaseSeconds is how long the gateway serves without a heartbeat from cordon (TrustDir/LeaseFile
+	// renewed) before it stops the run; 0 is no lease (a gateway run by hand or by a test).
+	LeaseSeconds int `json:"leaseSeconds,omitempty"`
 }
 
 // Check refuses a config of another version or without a policy.
@@ -153,6 +186,8 @@ func (c *GatewayConfig) Check() error {
 		return fmt.Errorf("kubepod: gateway config version %d, this cordon reads %d (the pod's cordon image and the cordon that started the run differ)", c.Version, Version)
 	case len(c.Policy) == 0:
 		return errors.New("kubepod: gateway config without a policy")
+	case c.LeaseSeconds < 0:
+		return fmt.Errorf("kubepod: gateway config with a lease of %d seconds", c.LeaseSeconds)
 	}
 	return nil
 }
@@ -164,6 +199,9 @@ type Status struct {
 	Base string `json:"base"`
 	// PatchError, when set, says why no patch could be made (PatchFile is then absent).
 	PatchError string `json:"patchError,omitempty"`
+	// Stopped, when set, says why the wrapper ended the command before it ended by itself: the run's
+	// lease lapsed (StopFile's reason).
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Bundle is Fetch's output: one JSON object per line, in this order: a header, then the patch and the
