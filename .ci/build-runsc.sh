@@ -5,7 +5,7 @@
 # empty stubs). A `go install`ed runsc builds its host-network Sentry filter at every start (~30 ms of
 # the gVisor tier's start, ~10 ms of bare `runsc do`); a release build does not. Nothing else of
 # gVisor's source changes: the module is copied from the module cache, the generator
-# (.ci/runsc-precompile, gVisor's precompile_gen with its template inlined) writes the two files from
+# (.ci/runsc-precompile) turns the two stub files on and registers in them the programs of
 # the module's own PrecompiledPrograms, and the copy is built as the main module with
 # `-X gvisor.dev/gvisor/runsc/version.version=VERSION`, which `runsc --version` prints and which the
 # build information records (cordon reads it there, internal/sandbox/gvisor.ldflagsVersion).
