@@ -4,8 +4,9 @@
 // are interleaved round by round, so that the machine's state (other jobs on a shared machine)
 // affects every contender alike, and each ratio is taken within a round before its median and
 // spread are reported. It also prints cordon's own peak memory during a run. With -runsc, the gVisor
-// tier (`cordon run --isolation gvisor -- true`) runs too, against bare `runsc do true` and against
-// the native tier, and its memory beside runsc's (root only: the tier needs root).
+// tier (`cordon run --isolation gvisor -- true`) runs too, against bare `runsc do true` (as a shell
+// starts it, and with descriptor 255 open as cordon starts its runsc) and against the native tier,
+// and its memory beside runsc's (root only: the tier needs root).
 //
 //	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old] [-runsc $(command -v runsc)]
 package main
@@ -49,10 +50,28 @@ func main() {
 		fail(err)
 	}
 
+	// Every contender starts with the descriptors a shell gives it, 0-2: one inherited from
+	// whatever started the benchmark (a harness's pipe at 251, say) would size the descriptor tables
+	// of runsc's children and spare bare runsc the RCU grace period its Sentry otherwise waits for
+	// when it moves the streams to 253-255 (see runtimeTableFD in internal/sandbox/linux).
+	if err := cloexecInherited(); err != nil {
+		fail(fmt.Errorf("marking inherited descriptors close-on-exec: %w", err))
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		fail(err)
+	}
+	defer devnull.Close()
+	// tableFiles are ExtraFiles that leave the child descriptor 255 open (/dev/null) and 3-254
+	// closed: what cordon hands its runsc, given to bare runsc too as its strictest baseline.
+	tableFiles := make([]*os.File, 253)
+	tableFiles[252] = devnull
+
 	type contender struct {
-		name string
-		argv []string
-		runs []time.Duration
+		name  string
+		argv  []string
+		extra []*os.File
+		runs  []time.Duration
 	}
 	cs := []*contender{
 		{name: "fork/exec true", argv: []string{truePath}},
@@ -79,7 +98,9 @@ func main() {
 		defer os.RemoveAll(runscRoot)
 		// The tier's platform; runsc do shares the host's root read-only with a memory overlay and,
 		// with --network=host, would set up a veth with iptables: no network, as a bare baseline.
-		cs = append(cs, &contender{name: "runsc do true", argv: []string{rs, "--root", runscRoot, "--platform=systrap", "--network=none", "--ignore-cgroups", "do", "true"}},
+		do := []string{rs, "--root", runscRoot, "--platform=systrap", "--network=none", "--ignore-cgroups", "do", "true"}
+		cs = append(cs, &contender{name: "runsc do true", argv: do},
+			&contender{name: "runsc do true, fd 255 open", argv: do, extra: tableFiles},
 			&contender{name: "cordon run --isolation gvisor", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--", "true"}},
 			&contender{name: "cordon gvisor --allow", argv: []string{bin, "run", "--isolation", "gvisor", "--workspace", project, "--allow", "example.test", "--", "true"}})
 		if *baseline != "" {
@@ -102,7 +123,7 @@ func main() {
 	for i := 0; i < *n+3; i++ {
 		for _, c := range cs {
 			cmd := exec.Command(c.argv[0], c.argv[1:]...)
-			cmd.Env, cmd.Dir = env, project
+			cmd.Env, cmd.Dir, cmd.ExtraFiles = env, project, c.extra
 			start := time.Now()
 			if out, err := cmd.CombinedOutput(); err != nil {
 				fail(fmt.Errorf("%s: %v\n%s", c.name, err, out))
@@ -144,6 +165,8 @@ func main() {
 	ratio("cordon run -- true", "baseline run -- true", "  against the baseline build")
 	ratio("cordon run --allow -- true", "baseline run --allow -- true", "  against the baseline build")
 	ratio("cordon run --isolation gvisor", "runsc do true", "  target <= 1.3x (issue 18)")
+	ratio("cordon run --isolation gvisor", "runsc do true, fd 255 open", "  against bare runsc with cordon's descriptor table")
+	ratio("runsc do true", "runsc do true, fd 255 open", "  bare runsc's own grace-period wait")
 	ratio("cordon gvisor --allow", "runsc do true", "  with the gateway")
 	ratio("cordon run --isolation gvisor", "cordon run -- true", "  the gVisor tier against the native one")
 	ratio("cordon run --isolation gvisor", "baseline --isolation gvisor", "  against the baseline build")

@@ -3,11 +3,16 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cordon-sandbox/cordon/internal/procstat"
 )
 
 // brokenRunsc is a runsc that says it is a recent release and then fails the way runsc does, with
@@ -96,4 +101,70 @@ func TestGVisorTierFailsClosed(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestGVisorRuntimeDescriptorTable: runsc is started with descriptor 255 open (/dev/null,
+// read-only), so that its gofer and sandbox begin with descriptor tables of 256 entries and the
+// Sentry's move of the command's streams to 253-255 grows none while it has many threads (a kernel
+// RCU grace period, 10-30 ms of every start). Seen from the host while a run sleeps: the gofer, which
+// never grows its own table, has 256 entries (64 without the descriptor), and neither the gofer nor
+// the sandbox holds the descriptor itself (runsc marks what it inherited close-on-exec before it
+// starts them): nothing of it reaches the Sentry.
+func TestGVisorRuntimeDescriptorTable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the gVisor tier needs root")
+	}
+	h := newHarness(t, who{name: "root", uid: 0, gid: 0})
+	h.useGVisor(t)
+	cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--", "sh", "-c", "echo ready; exec sleep 60"})...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("the run did not start: %q, %v", line, err)
+	}
+	found := map[string]int{}
+	var walk func(pid int)
+	walk = func(pid int) {
+		for _, c := range procstat.Children(pid) {
+			argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+			name, _, _ := strings.Cut(string(argv), "\x00")
+			if name == "runsc-gofer" || name == "runsc-sandbox" {
+				found[name] = c
+			}
+			walk(c)
+		}
+	}
+	walk(cmd.Process.Pid)
+	for _, name := range []string{"runsc-gofer", "runsc-sandbox"} {
+		pid, ok := found[name]
+		if !ok {
+			t.Fatalf("no %s process below cordon (found %v)", name, found)
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "FDSize:"); ok {
+				size, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		if size < 256 {
+			t.Errorf("%s (pid %d) has a descriptor table of %d entries, want at least 256", name, pid, size)
+		}
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/255", pid))
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/255", pid))
+		if target == os.DevNull && strings.Contains(string(info), "flags:\t0100000\n") || target == os.DevNull && name == "runsc-gofer" {
+			t.Errorf("%s (pid %d) holds the descriptor runsc was started with (255 -> %s, %q)", name, pid, target, info)
+		}
+	}
 }

@@ -642,11 +642,11 @@ func TestPodLeaseLapses(t *testing.T) {
 	if d := time.Since(lapsing); d > 10*time.Second {
 		t.Errorf("the lease of 2s lapsed after %s", d)
 	}
+	// The upstream holds the answer open until its client goes, so the request ends only when the
+	// gateway cut it (curl may see the cut, or the upstream's end of a chunked answer as the
+	// gateway's side of that connection went: either way it is over).
 	select {
-	case err := <-heldDone:
-		if err == nil {
-			t.Errorf("the held request ended cleanly: %s", heldOut.String())
-		}
+	case <-heldDone:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the connection the agent held is still open after the lease lapsed")
 	}

@@ -5,6 +5,7 @@ package gvisor
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -204,5 +205,53 @@ func TestFindRefusesReplaceableRunsc(t *testing.T) {
 				t.Fatal("the replaceable runsc was executed")
 			}
 		})
+	}
+}
+
+// TestFindReadsLdflagsVersionWithoutExecuting: a runsc built inside gVisor's own module (as .ci/run
+// builds one with precompiled seccomp programs: main module gvisor.dev/gvisor at "(devel)") has its
+// version read from the -ldflags -X its build set, without being executed; the binary built here
+// fails when executed, so a Find that ran it would fail. Without the -X, the version is asked of the
+// binary, which fails.
+func TestFindReadsLdflagsVersionWithoutExecuting(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build a stand-in runsc")
+	}
+	src := t.TempDir()
+	files := map[string]string{
+		"go.mod":                   "module gvisor.dev/gvisor\n\ngo 1.21\n",
+		"runsc/version/version.go": "package version\n\nvar version = \"VERSION_MISSING\"\n\n// V is the version.\nfunc V() string { return version }\n",
+		"runsc/main.go":            "package main\n\nimport (\n\t\"os\"\n\n\t\"gvisor.dev/gvisor/runsc/version\"\n)\n\nfunc main() {\n\tos.Stderr.WriteString(\"executed \" + version.V() + \"\\n\")\n\tos.Exit(3)\n}\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := func(out string, ldflags ...string) string {
+		t.Helper()
+		args := append([]string{"build", "-o", out}, ldflags...)
+		cmd := exec.Command(goBin, append(args, "./runsc")...)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building the stand-in runsc: %v\n%s", err, b)
+		}
+		return out
+	}
+	bin := t.TempDir()
+	with := build(filepath.Join(bin, "with", "runsc"), "-ldflags=-X gvisor.dev/gvisor/runsc/version.version=release-20270101.0")
+	r, err := Find(with, "", "", nil)
+	if err != nil || r.Version != "release-20270101.0" {
+		t.Fatalf("Find = %+v, %v; want version release-20270101.0 read from the build information", r, err)
+	}
+	without := build(filepath.Join(bin, "without", "runsc"))
+	if r, err := Find(without, "", "", nil); err == nil || !strings.Contains(err.Error(), "cannot tell its version") {
+		t.Fatalf("control, no -X: Find = %+v, %v; want the failed execution's error", r, err)
 	}
 }

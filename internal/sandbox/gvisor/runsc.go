@@ -84,12 +84,16 @@ func isExec(p string) bool {
 }
 
 // version reads runsc's version from its build information (a `go install`ed runsc carries the
-// module version there and prints VERSION_MISSING), or from `runsc --version` for a release build,
-// and refuses one older than MinVersion.
+// module version there and prints VERSION_MISSING; one built in gVisor's source tree, as .ci/run
+// builds it with precompiled seccomp programs, carries the version its -ldflags set), or from
+// `runsc --version` for a release build, and refuses one older than MinVersion. Executing runsc is
+// the last resort: it is a 100 MB binary, and its start is on every run's path.
 func version(path string) (string, error) {
 	var v string
 	if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Path == "gvisor.dev/gvisor" && bi.Main.Version != "(devel)" {
 		v = bi.Main.Version
+	} else if lv := ldflagsVersion(bi); err == nil && lv != "" {
+		v = lv
 	} else {
 		out, err := exec.Command(path, "--version").Output()
 		if err != nil {
@@ -106,6 +110,29 @@ func version(path string) (string, error) {
 		return "", fmt.Errorf("version %s is older than %s", v, MinVersion)
 	}
 	return v, nil
+}
+
+// versionSymbol is the variable runsc prints as its version, which a build sets with -ldflags -X.
+const versionSymbol = "gvisor.dev/gvisor/runsc/version.version="
+
+// ldflagsVersion is the version a runsc built from gVisor's own module (main module
+// gvisor.dev/gvisor, version "(devel)") was given with `-ldflags -X
+// gvisor.dev/gvisor/runsc/version.version=V`, which is what `runsc --version` prints; "" if none.
+func ldflagsVersion(bi *buildinfo.BuildInfo) string {
+	if bi == nil || bi.Main.Path != "gvisor.dev/gvisor" {
+		return ""
+	}
+	for _, s := range bi.Settings {
+		if s.Key != "-ldflags" {
+			continue
+		}
+		for _, f := range strings.Fields(s.Value) {
+			if v, ok := strings.CutPrefix(strings.Trim(f, `"'`), versionSymbol); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // versionDate is the YYYYMMDD date a runsc version names: a pseudo-version's commit time

@@ -218,13 +218,18 @@ func startRuntime(rc *runtimeConfig, tty bool, stdin, stdout, stderr *os.File) (
 		args = append(args, "--console-socket="+runtimeConsole)
 	}
 	args = append(args, runtimeID)
+	files, err := runtimeFiles(stdin, stdout, stderr)
+	if err != nil {
+		return fail(err)
+	}
 	pidfd := -1
 	pid, err := syscall.ForkExec(rc.Path, args, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   []string{"PATH=/usr/bin:/bin"},
-		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
 	})
+	unix.Close(int(files[len(files)-1]))
 	if err != nil {
 		return fail(err)
 	}
@@ -264,6 +269,36 @@ func startRuntime(rc *runtimeConfig, tty bool, stdin, stdout, stderr *os.File) (
 		}
 	}
 	return pid, nil
+}
+
+// runtimeTableFD is the highest descriptor runsc is started with, which sizes the descriptor tables
+// of its sandbox and gofer processes. runsc's Sentry moves the command's streams to descriptors
+// 253-255 once it runs many threads; a process that grows its descriptor table while it has more
+// than one thread waits for an RCU grace period in the kernel (10-30 ms: that was the largest
+// single item of the tier's start, "Remapped stdio FDs ... in 27ms" in runsc's debug log). A
+// child's table is sized by the highest descriptor open in its parent when it forks, so a runsc
+// started with 255 open hands its children tables of 256 entries, as gVisor's own prewarmer sidecar
+// does for its Sentry. runsc marks every descriptor it inherited close-on-exec before it starts a
+// child (sandbox.SetCloExeOnAllFDs), so the descriptor itself, /dev/null opened read-only, reaches
+// neither the Sentry nor the gofer.
+const runtimeTableFD = 255
+
+// runtimeFiles are runsc's descriptors: the command's streams as 0-2 and /dev/null, read-only, as
+// runtimeTableFD (the rest closed). The forked child grows its table while it is the only user of
+// it (it shares no descriptor table with init's threads), so growing it costs no grace period. The
+// last entry is the /dev/null descriptor, which the caller closes after the fork.
+func runtimeFiles(stdin, stdout, stderr *os.File) ([]uintptr, error) {
+	null, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening /dev/null: %w", err)
+	}
+	files := make([]uintptr, runtimeTableFD+1)
+	for i := range files {
+		files[i] = ^uintptr(0) // closed in the child
+	}
+	files[0], files[1], files[2] = stdin.Fd(), stdout.Fd(), stderr.Fd()
+	files[runtimeTableFD] = uintptr(null)
+	return files, nil
 }
 
 // runtimeConsole is the socket the runtime hands the command's terminal over.
