@@ -99,8 +99,7 @@ func (s *session) copyBody(up net.Conn, br *bufio.Reader, req *http1.Request) (i
 // It ends the connection itself; the event counts the requests.
 func (s *session) serveHTTP(br *bufio.Reader, up net.Conn, req *http1.Request, name string, port uint16) {
 	c := s.client
-	ubr := s.g.reader(up) // read only here: exchange returns once its body copy has
-	defer s.g.release(ubr)
+	ubr := bufio.NewReaderSize(up, sniffBuffer)
 	for n := 1; ; n++ {
 		s.detail("requests", strconv.Itoa(n))
 		if n > 1 {

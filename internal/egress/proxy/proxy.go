@@ -104,10 +104,6 @@ type Config struct {
 type Gateway struct {
 	cfg  Config
 	bufs bufferPool // the relays' buffers
-	// readers holds the sniffBuffer-sized readers of connections that ended, for the next ones: two
-	// per plain-HTTP connection (the client's and the upstream's) were half of the gateway's
-	// allocation per connection.
-	readers sync.Pool
 
 	mu          sync.Mutex
 	localAddrs  map[netip.Addr]bool

@@ -345,34 +345,3 @@ func TestBufferPoolBoundsLargeBuffers(t *testing.T) {
 		t.Error("drain left idle buffers")
 	}
 }
-
-// TestReusedReaderKeepsConnectionsApart: a reader handed back with bytes of its connection still
-// buffered (a refused request's pipelined rest, a client cut off mid-head) gives the next
-// connection only that connection's bytes, and never reads the old connection again.
-func TestReusedReaderKeepsConnectionsApart(t *testing.T) {
-	g := &Gateway{}
-	for range 100 { // until the pool hands the same reader back (it may not, on another processor)
-		old := strings.NewReader("GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET /secret HTTP/1.1\r\n")
-		br := g.reader(old)
-		if _, err := br.Peek(1); err != nil {
-			t.Fatal(err)
-		}
-		if br.Buffered() == 0 {
-			t.Fatal("nothing buffered from the first connection")
-		}
-		g.release(br)
-		next := g.reader(strings.NewReader("HEAD / HTTP/1.1\r\n\r\n"))
-		got, err := io.ReadAll(next)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != "HEAD / HTTP/1.1\r\n\r\n" {
-			t.Fatalf("the next connection read %q", got)
-		}
-		g.release(next)
-		if next == br {
-			return
-		}
-	}
-	t.Skip("the pool never handed a reader back")
-}

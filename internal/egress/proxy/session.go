@@ -456,22 +456,6 @@ func (s *session) kernelPass(kr *kernelrelay.Relay, up net.Conn, prefix []byte, 
 	return true, nil
 }
 
-// reader returns a sniffBuffer-sized reader of r, reused from a connection that ended if there is one
-// (Reset: none of that connection's bytes are left in it).
-func (g *Gateway) reader(r io.Reader) *bufio.Reader {
-	if br, ok := g.readers.Get().(*bufio.Reader); ok {
-		br.Reset(r)
-		return br
-	}
-	return bufio.NewReaderSize(r, sniffBuffer)
-}
-
-// release gives back a reader from reader once nothing of its connection reads it any more.
-func (g *Gateway) release(br *bufio.Reader) {
-	br.Reset(nil) // drops the connection and whatever was buffered from it
-	g.readers.Put(br)
-}
-
 // readable reports, without waiting, whether the client has sent bytes the gateway has not read:
 // already in br, or in the socket (a peek that takes nothing).
 func readable(c net.Conn, br *bufio.Reader) bool {

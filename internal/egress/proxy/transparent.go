@@ -31,10 +31,7 @@ func (g *Gateway) transparent(ctx context.Context, c net.Conn) {
 	}
 	s.ev.Name = name
 
-	// Every path below is done with br when it returns (the relays' goroutines are waited for, the
-	// interceptor gets copies of what was buffered).
-	br := g.reader(c)
-	defer g.release(br)
+	br := bufio.NewReaderSize(c, sniffBuffer)
 	d := g.cfg.Policy.Decide(name, port)
 	if !d.Allow {
 		g.denyAfterSniff(s, br, d, name, port)
