@@ -583,7 +583,8 @@ func TestAgentStopped(t *testing.T) {
 	const reason = "no heartbeat from cordon for 5s (the lease is 5s): test"
 	stopFile := func(t *testing.T, dir string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, kubepod.StopFile), []byte(reason+"\n"), 0o644); err != nil {
+		// Whole or not at all, as the gateway writes it (stopRun): the wrapper may look in between.
+		if err := stopRun(dir, reason); err != nil {
 			t.Fatal(err)
 		}
 	}
