@@ -3,11 +3,11 @@
 package kubetest
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/mountinfo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,7 +89,7 @@ func find(l *layout) (*leftovers, error) {
 		x.Netns = append(x.Netns, p)
 	}
 	slices.Sort(x.Netns)
-	if x.Mounts, err = mountsUnder(l.root); err != nil {
+	if x.Mounts, err = mountinfo.Under(l.root); err != nil {
 		return nil, err
 	}
 	_, err = os.Stat(filepath.Join("/sys/class/net", bridgeName))
@@ -333,59 +333,11 @@ func onPodSubnet(name string) bool {
 	return strings.Contains(string(out), " inet "+prefix)
 }
 
-// mountsUnder lists the mount points at or under dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("kubetest: %w", err)
-	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mounts = append(mounts, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("kubetest: mountinfo: %w", err)
-	}
-	// Deepest first; a path mounted twice is listed twice (the later mount on top, unmounted first).
-	slices.Reverse(mounts)
-	slices.SortStableFunc(mounts, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return mounts, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, and so on).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // unmountAll unmounts everything at or under dir (kubelet's volumes and its root directory's own
 // bind mount, containerd's root file systems and sandboxes' shm, etcd's tmpfs).
 func unmountAll(dir string) error {
 	for range 20 {
-		mounts, err := mountsUnder(dir)
+		mounts, err := mountinfo.Under(dir)
 		if err != nil {
 			return err
 		}
@@ -398,7 +350,7 @@ func unmountAll(dir string) error {
 			}
 		}
 	}
-	mounts, _ := mountsUnder(dir)
+	mounts, _ := mountinfo.Under(dir)
 	return fmt.Errorf("kubetest: still mounted under %s: %v", dir, mounts)
 }
 

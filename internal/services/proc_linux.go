@@ -2,6 +2,7 @@ package services
 
 import (
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/mountinfo"
 	"os"
 	"strings"
 	"syscall"
@@ -50,19 +51,14 @@ func mountOverlay(lower, upper, work, target string) error {
 		"lowerdir="+lower+",upperdir="+upper+",workdir="+work)
 }
 
-// unmountBelow detaches every mount at or below dir (a run's overlays, which a killed cordon left).
+// unmountBelow detaches every mount at or below dir (a run's overlays, which a killed cordon left),
+// the deepest first.
 func unmountBelow(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	points, err := mountinfo.Under(dir)
 	if err != nil {
 		return
 	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- { // the deepest first
-		_ = unix.Unmount(points[i], unix.MNT_DETACH)
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/mountinfo"
 	"os"
 	"path/filepath"
 	"slices"
@@ -131,13 +132,13 @@ type mount struct {
 	opts  []string // super options: for v1 they name the controllers
 }
 
-// parseHierarchies matches the cgroup mounts of mountinfo with the lines of /proc/self/cgroup
+// parseHierarchies matches the cgroup mounts of mountInfo with the lines of /proc/self/cgroup
 // ("id:controllers:path") to find, for every hierarchy this process is in, the directory of its current
 // cgroup. Hierarchies that are not mounted, or whose current cgroup is outside what is mounted (a bind
 // mount of a subtree we are not in), are left out: nothing can be created there.
-func parseHierarchies(mountinfo, procCgroup []byte) ([]hierarchy, error) {
+func parseHierarchies(mountInfo, procCgroup []byte) ([]hierarchy, error) {
 	var mounts []mount
-	for line := range bytes.Lines(mountinfo) {
+	for line := range bytes.Lines(mountInfo) {
 		f := strings.Fields(string(line))
 		sep := slices.Index(f, "-")
 		if sep < 6 || len(f) < sep+4 {
@@ -149,8 +150,8 @@ func parseHierarchies(mountinfo, procCgroup []byte) ([]hierarchy, error) {
 		}
 		mounts = append(mounts, mount{
 			v2:    fstype == "cgroup2",
-			root:  unescapeMount(f[3]),
-			point: unescapeMount(f[4]),
+			root:  mountinfo.Unescape(f[3]),
+			point: mountinfo.Unescape(f[4]),
 			opts:  strings.Split(f[sep+3], ","),
 		})
 	}
@@ -213,25 +214,6 @@ func containsAll(have, want []string) bool {
 		}
 	}
 	return len(want) > 0
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, and so on).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // readString reads a small cgroup file as trimmed text.
