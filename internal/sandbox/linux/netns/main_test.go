@@ -513,12 +513,17 @@ func (n *testNS) pingProbe(t *testing.T, addr netip.Addr) string {
 		return errName(err)
 	}
 	defer func() { _ = c.Close() }()
-	msg := icmp.Message{Type: req, Body: &icmp.Echo{ID: 0xc0d, Seq: 1, Data: []byte("cordon")}}
-	b, err := msg.Marshal(nil) // ICMPv6: the kernel fills in the checksum on raw sockets
+	return n.echo(c, &net.IPAddr{IP: addr.AsSlice()}, proto, req, rep)
+}
+
+// echo sends one ICMP echo request on c to dst and waits for its reply (proto 1 or 58, the types
+// for the address's family): "echo reply", or the error's name.
+func (n *testNS) echo(c *icmp.PacketConn, dst net.Addr, proto int, req, rep icmp.Type) string {
+	b, err := (&icmp.Message{Type: req, Body: &icmp.Echo{ID: 0xc0d, Seq: 1, Data: []byte("cordon")}}).Marshal(nil) // ICMPv6: the kernel fills in the checksum
 	if err != nil {
 		return "marshal: " + err.Error()
 	}
-	if _, err := c.WriteTo(b, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
+	if _, err := c.WriteTo(b, dst); err != nil {
 		return errName(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(n.wait()))

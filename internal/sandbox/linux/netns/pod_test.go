@@ -210,24 +210,7 @@ func (n *testNS) pingDgram(ip string) string {
 		return errName(err)
 	}
 	defer func() { _ = c.Close() }()
-	b, err := (&icmp.Message{Type: req, Body: &icmp.Echo{ID: 0xc0d, Seq: 1, Data: []byte("cordon")}}).Marshal(nil)
-	if err != nil {
-		return "marshal: " + err.Error()
-	}
-	if _, err := c.WriteTo(b, &net.UDPAddr{IP: addr.AsSlice()}); err != nil {
-		return errName(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(n.wait()))
-	buf := make([]byte, 1500)
-	for {
-		m, _, err := c.ReadFrom(buf)
-		if err != nil {
-			return errName(err)
-		}
-		if got, err := icmp.ParseMessage(proto, buf[:m]); err == nil && got.Type == rep {
-			return "echo reply"
-		}
-	}
+	return n.echo(c, &net.UDPAddr{IP: addr.AsSlice()}, proto, req, rep)
 }
 
 // probeAs runs probeMain in the pod as uid and returns its results.
