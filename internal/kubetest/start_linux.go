@@ -213,6 +213,11 @@ func start(logf func(string, ...any)) (_ *Cluster, _ *running, err error) {
 	if err := os.MkdirAll(l.root, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("kubetest: %w", err)
 	}
+	// The directory is under the shared temporary directory: one that another user made first could
+	// hold links or swap the keys, tokens and configs written below (the cluster's admin credentials).
+	if err := ownDir(l.root); err != nil {
+		return nil, nil, err
+	}
 	for _, d := range []string{l.logs, l.pki, l.bin, l.etcd, l.containerdRoot, l.containerdState,
 		l.runcRoot, l.runscRoot, l.cniConf, l.cniIPAM, l.kubeletRoot, l.podLogs, l.volumePlugins,
 		l.kubeconfigs, filepath.Join(l.logs, "runsc")} {
@@ -729,4 +734,23 @@ case $out in
   printf '%%s\n' "$out" ;;
 esac
 `, shim)
+}
+
+// ownDir refuses dir unless it is a directory (not a link) of this process's uid that nobody else
+// may write or list.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("kubetest: %s is not a directory", dir)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("kubetest: %s belongs to another user; remove it", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("kubetest: %s is open to other users (mode %v); remove it", dir, fi.Mode().Perm())
+	}
+	return nil
 }
