@@ -3,11 +3,13 @@
 package gvisor
 
 import (
+	"debug/buildinfo"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -253,5 +255,27 @@ func TestFindReadsLdflagsVersionWithoutExecuting(t *testing.T) {
 	without := build(filepath.Join(bin, "without", "runsc"))
 	if r, err := Find(without, "", "", nil); err == nil || !strings.Contains(err.Error(), "cannot tell its version") {
 		t.Fatalf("control, no -X: Find = %+v, %v; want the failed execution's error", r, err)
+	}
+}
+
+// TestLdflagsVersion reads the version as the linker sets it: the last -X of the symbol wins, in
+// either form, and a symbol that is not after -X sets nothing.
+func TestLdflagsVersion(t *testing.T) {
+	bi := func(ldflags string) *buildinfo.BuildInfo {
+		return &buildinfo.BuildInfo{Main: debug.Module{Path: "gvisor.dev/gvisor"}, Settings: []debug.BuildSetting{{Key: "-ldflags", Value: ldflags}}}
+	}
+	for _, tc := range []struct{ ldflags, want string }{
+		{"-X " + versionSymbol + "v1", "v1"},
+		{`"-X=` + versionSymbol + `v2"`, "v2"},
+		{"-X " + versionSymbol + "v1 -s -X " + versionSymbol + "v3", "v3"},
+		{versionSymbol + "v4", ""},
+		{"-X other.var=v5", ""},
+	} {
+		if got := ldflagsVersion(bi(tc.ldflags)); got != tc.want {
+			t.Errorf("ldflags %q: %q, want %q", tc.ldflags, got, tc.want)
+		}
+	}
+	if got := ldflagsVersion(&buildinfo.BuildInfo{Main: debug.Module{Path: "example.com/other"}, Settings: []debug.BuildSetting{{Key: "-ldflags", Value: "-X " + versionSymbol + "v6"}}}); got != "" {
+		t.Errorf("another module's binary: %q", got)
 	}
 }

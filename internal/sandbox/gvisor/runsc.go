@@ -122,17 +122,29 @@ func ldflagsVersion(bi *buildinfo.BuildInfo) string {
 	if bi == nil || bi.Main.Path != "gvisor.dev/gvisor" {
 		return ""
 	}
+	// The linker keeps the last -X of a symbol; -X VALUE and -X=VALUE are both its forms.
+	version := ""
 	for _, s := range bi.Settings {
 		if s.Key != "-ldflags" {
 			continue
 		}
-		for _, f := range strings.Fields(s.Value) {
-			if v, ok := strings.CutPrefix(strings.Trim(f, `"'`), versionSymbol); ok {
-				return v
+		fields := strings.Fields(s.Value)
+		for i, f := range fields {
+			var x string
+			switch f = strings.Trim(f, `"'`); {
+			case (f == "-X" || f == "--X") && i+1 < len(fields):
+				x = strings.Trim(fields[i+1], `"'`)
+			case strings.HasPrefix(f, "-X="), strings.HasPrefix(f, "--X="):
+				_, x, _ = strings.Cut(f, "=")
+			default:
+				continue
+			}
+			if v, ok := strings.CutPrefix(x, versionSymbol); ok {
+				version = v
 			}
 		}
 	}
-	return ""
+	return version
 }
 
 // versionDate is the YYYYMMDD date a runsc version names: a pseudo-version's commit time
