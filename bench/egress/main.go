@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -135,12 +136,15 @@ func main() {
 			for i, w := range ways {
 				s0, c0, r0, m0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN), relayCPU(), machineCPU()
 				out, err := tryRun(env, project, w.argv[0], w.argv[1:]...)
+				v := speed(out)
 				if err != nil {
 					// A contender that fails a round (the sockmap relay refuses a handover now and
-					// then) counts 0 there; the others' rounds still stand.
+					// then) has no figure for it, which its medians leave out; the others' rounds
+					// still stand.
 					fmt.Printf("note: %s, round failed: %v\n", w.name, err)
+					v = math.NaN()
 				}
-				speeds[i] = append(speeds[i], speed(out))
+				speeds[i] = append(speeds[i], v)
 				server += cpuTime(syscall.RUSAGE_SELF) - s0
 				cpu[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0 + relayCPU() - r0
 				machine[i] += machineCPU() - m0
@@ -153,9 +157,18 @@ func main() {
 			for k := range ratios {
 				ratios[k] = speeds[i][k] / speeds[0][k]
 			}
-			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB, machine %.2f\n",
-				w.name, median(slices.Clone(speeds[i]))/(1<<20), slices.Min(speeds[i])/(1<<20), slices.Max(speeds[i])/(1<<20),
-				median(slices.Clone(ratios)), slices.Min(ratios), slices.Max(ratios), cpu[i].Seconds()/gib, machine[i].Seconds()/gib)
+			sp, rs := measured(speeds[i]), measured(ratios)
+			if len(sp) == 0 || len(rs) == 0 {
+				fmt.Printf("  %-11s every round failed\n", w.name)
+				continue
+			}
+			failed := ""
+			if n := *rounds - len(sp); n > 0 {
+				failed = fmt.Sprintf(" (%d rounds failed)", n)
+			}
+			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB, machine %.2f%s\n",
+				w.name, median(slices.Clone(sp))/(1<<20), slices.Min(sp)/(1<<20), slices.Max(sp)/(1<<20),
+				median(slices.Clone(rs)), slices.Min(rs), slices.Max(rs), cpu[i].Seconds()/gib, machine[i].Seconds()/gib, failed)
 		}
 	}
 
@@ -408,4 +421,9 @@ func check(err error) {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// measured is xs without the rounds that have no figure (NaN: the contender failed them).
+func measured(xs []float64) []float64 {
+	return slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/audit"
 	"github.com/cordon-sandbox/cordon/internal/egress"
@@ -189,11 +190,20 @@ func TestDialWithoutDialContext(t *testing.T) {
 		t.Errorf("Unreachable got %q", unreachable)
 	}
 
-	// Unpinned, a name that resolves to loopback is refused, and nothing is dialed.
+	// Unpinned, a name that resolves to loopback is refused, and nothing is dialed: a connection
+	// that had been made would wait in the listener's backlog (a dial returns after the handshake).
+	idle := listen(t).(*net.TCPListener)
+	defer idle.Close()
+	idlePort := portOf(idle.Addr())
 	g.cfg.Policy = allowAll{}
 	g.cfg.LookupNetIP = func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{loopback}, nil }
 	var r *refusal
-	if _, err := s.dial(context.Background(), "c.test", port, g.cfg.Policy.Decide("c.test", port)); !errors.As(err, &r) {
+	if _, err := s.dial(context.Background(), "c.test", idlePort, g.cfg.Policy.Decide("c.test", idlePort)); !errors.As(err, &r) {
 		t.Errorf("a name resolving to loopback: %v, want a refusal", err)
+	}
+	_ = idle.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	if c, err := idle.Accept(); err == nil {
+		c.Close()
+		t.Error("the refused name's loopback address was dialed")
 	}
 }
