@@ -24,13 +24,13 @@ const (
 // (cordon kube's other subcommands are not its business).
 func (a *app) kubeAgentSide(name string, args []string) (code int, handled bool) {
 	switch name {
-	case "clone":
+	case kubepod.CloneArgs[1]:
 		return a.kubeClone(args), true
-	case "agent":
+	case kubepod.AgentArgs[1]:
 		return a.kubeAgent(args), true
-	case "keep":
+	case kubepod.KeeperArgs[1]:
 		return a.kubeKeep(args), true
-	case "fetch":
+	case kubepod.FetchArgs[1]:
 		return a.kubeFetch(args), true
 	case kubepod.LeaseArgs[1]:
 		return a.kubeLease(args), true

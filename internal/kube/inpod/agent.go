@@ -9,11 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/term"
 
+	"github.com/cordon-sandbox/cordon/internal/atomicfile"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
 
@@ -103,6 +105,11 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		}
 		waitForSize(o.Stdin, time.Second)
 	}
+	// The git that makes the patch is found now, before anything of the command's runs, and only in
+	// the image's own directories: the agent's root file system is read-only, while a directory of
+	// the agent's PATH that it can write (its home, /tmp, the workspace) could hold a git it planted.
+	patchEnv := withPath(o.Env, systemPath)
+	gitPath, gitErr := lookPath(patchEnv, "git")
 	runCtx, endRun := context.WithCancel(ctx)
 	defer endRun()
 	stopped := make(chan string, 1)
@@ -129,7 +136,9 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 	case clearErr != nil:
 		st.PatchError = clearErr.Error()
 	default:
-		if err := makePatch(ctx, o); err != nil {
+		if gitErr != nil {
+			st.PatchError = fmt.Sprintf("making the patch: %v (in the image's %s)", gitErr, systemPath)
+		} else if err := makePatch(ctx, o, gitPath, patchEnv); err != nil {
 			st.PatchError = err.Error()
 		}
 	}
@@ -141,6 +150,16 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 		return code, errors.Join(runErr, patchErr, err)
 	}
 	return code, errors.Join(runErr, patchErr)
+}
+
+// systemPath is where the patch's git is looked for: the image's directories, which the agent's
+// read-only root keeps as the image made them.
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// withPath is env with its PATH replaced by path.
+func withPath(env []string, path string) []string {
+	out := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "PATH=") })
+	return append(out, "PATH="+path)
 }
 
 // watchStop returns a channel that gets the reason once dir/kubepod.StopFile exists (the gateway
@@ -248,11 +267,7 @@ func waitForSize(f *os.File, max time.Duration) {
 // user's configuration, attributes and ignore files under HOME; none of it is read, and nothing
 // it names runs. The worktree's .gitattributes and .gitignore are read, as git add reads them: a
 // filter they name has no definition here, so it does nothing.
-func makePatch(ctx context.Context, o AgentOptions) error {
-	gitPath, err := lookPath(o.Env, "git")
-	if err != nil {
-		return fmt.Errorf("making the patch: %w", err)
-	}
+func makePatch(ctx context.Context, o AgentOptions, gitPath string, env []string) error {
 	objects := filepath.Join(o.Dir, ".git", "objects")
 	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
 		return fmt.Errorf("making the patch: the checkout has no object store at %s", objects)
@@ -267,7 +282,7 @@ func makePatch(ctx context.Context, o AgentOptions) error {
 	if len(o.Base) == 64 {
 		init = append(init, "--object-format=sha256")
 	}
-	g := &gitRunner{path: gitPath, env: gitEnv(o.Env), dir: tmp}
+	g := &gitRunner{path: gitPath, env: gitEnv(env), dir: tmp}
 	if _, err := g.run(ctx, append(init, gitDir)...); err != nil {
 		return fmt.Errorf("making the patch: %w", err)
 	}
@@ -314,19 +329,8 @@ func writeStatus(dir string, st *kubepod.Status) error {
 	if err != nil {
 		return fmt.Errorf("agent: encoding the status: %w", err)
 	}
-	f, err := createResult(dir, ".status-")
-	if err != nil {
-		return fmt.Errorf("agent: writing the status: %w", err)
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, kubepod.StatusFile))
-	}
-	if err != nil {
+	// 0640: the keeper reads it through the pod's fsGroup.
+	if err := atomicfile.WriteLazy(filepath.Join(dir, kubepod.StatusFile), append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("agent: writing the status: %w", err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,8 +35,16 @@ func runAndKill(ctx context.Context, o AgentOptions) (code int, runErr, killErr 
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return exitWrapper, fmt.Errorf("agent: becoming the command's subreaper: %w", err), nil
 	}
+	// The command runs as the wrapper's uid, so it may signal, trace or reprioritise it. Every signal
+	// is caught (the forwarded ones passed on, the rest dropped: an uncaught SIGQUIT or SIGSEGV would
+	// end the wrapper and leave the results to the command), and the wrapper is not dumpable (no
+	// ptrace of it, its /proc files root's: no oom_score_adj write). exec gives the command its own
+	// defaults back.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return exitWrapper, fmt.Errorf("agent: making the wrapper undumpable: %w", err), nil
+	}
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwarded...)...)
+	signal.Notify(sigs)
 	defer signal.Stop(sigs)
 
 	code, runErr = run(ctx, o, sigs)
@@ -79,7 +88,7 @@ func run(ctx context.Context, o AgentOptions, sigs <-chan os.Signal) (int, error
 		}
 		select {
 		case s := <-sigs:
-			if s != unix.SIGCHLD {
+			if slices.Contains(forwarded, s) {
 				_ = unix.Kill(pid, s.(syscall.Signal))
 			}
 		case <-ctx.Done():

@@ -686,3 +686,51 @@ exec sleep 600`)})
 		}
 	})
 }
+
+// TestAgentSurvivesItsCommand: the command runs as the wrapper's uid and signals it (pid 1) with
+// every signal that ends an uncaught Go process, after planting a status of its own; the wrapper
+// lives on, removes the plant and writes its own status and patch. Without the catch-all, SIGQUIT ends the wrapper (exit 2) and the
+// planted status stays. (That the wrapper is not dumpable shows only to a command of another uid
+// than root, which this test's child is not.)
+func TestAgentSurvivesItsCommand(t *testing.T) {
+	c := newCheckout(t)
+	out := t.TempDir()
+	r, rep, _ := runAgent(t, agentChild{Dir: c.dir, Base: c.base, OutDir: out, Env: agentEnv(), Args: script(`
+printf '{"version":1,"base":"forged","stopped":"forged"}' > ` + out + `/status.json
+for s in QUIT ABRT SEGV BUS FPE ILL TRAP SYS USR1 USR2 PIPE ALRM; do kill -$s 1; done
+sleep 0.2
+echo changed >> README
+exit 0`)}, nil)
+	if rep.Code != 0 || rep.Err != "" {
+		t.Fatalf("wrapper: code %d, error %q; want 0 and none (it survived its command's signals)", rep.Code, rep.Err)
+	}
+	st := r.status(t)
+	if st == nil || st.Base != c.base || st.Stopped != "" {
+		t.Fatalf("status %+v: want the wrapper's own (base %s, not stopped)", st, c.base)
+	}
+	if patch, _ := r.outFile(t, kubepod.PatchFile); !strings.Contains(patch, "+changed") {
+		t.Errorf("the patch lacks the command's change:\n%s", patch)
+	}
+}
+
+// TestAgentPatchGitNotFromPATH: the command plants a git in a directory of its PATH that it can
+// write; the patch is made by the image's git all the same, and the plant never runs. Looked up on
+// the command's PATH after it ended, the plant ran (three times) with nothing left to stop it.
+func TestAgentPatchGitNotFromPATH(t *testing.T) {
+	c := newCheckout(t)
+	plant := t.TempDir()
+	ran := filepath.Join(t.TempDir(), "ran")
+	r, rep, _ := runAgent(t, agentChild{Dir: c.dir, Base: c.base, Env: append(agentEnv(), "PATH="+plant+":/usr/bin:/bin"), Args: script(`
+printf '#!/bin/sh\necho "$@" >> ` + ran + `\nexec /usr/bin/git "$@"\n' > ` + plant + `/git
+chmod +x ` + plant + `/git
+echo changed >> README`)}, nil)
+	if rep.Code != 0 || rep.Err != "" {
+		t.Fatalf("wrapper: code %d, error %q", rep.Code, rep.Err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the planted git ran when the patch was made: %q", b)
+	}
+	if patch, _ := r.outFile(t, kubepod.PatchFile); !strings.Contains(patch, "+changed") {
+		t.Errorf("the patch lacks the change:\n%s", patch)
+	}
+}

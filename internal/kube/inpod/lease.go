@@ -79,7 +79,8 @@ func leaseCheck(lease time.Duration) time.Duration {
 }
 
 // watchLease returns a channel that gets the reason once the lease in dir has gone unrenewed for
-// lease, counted from the call or from the last renewal it saw. A renewal is a change of LeaseFile's
+// lease, counted from the last renewal it saw, or from the call (less the age of a renewal made
+// before it). A renewal is a change of LeaseFile's
 // modification time; the time between renewals is this process's own monotonic clock, so the node's
 // wall clock stepping does not end a lease or stretch it.
 func watchLease(ctx context.Context, dir string, lease time.Duration) <-chan string {
@@ -87,10 +88,16 @@ func watchLease(ctx context.Context, dir string, lease time.Duration) <-chan str
 	path := filepath.Join(dir, kubepod.LeaseFile)
 	go func() {
 		var seen time.Time
-		if fi, err := os.Stat(path); err == nil {
-			seen = fi.ModTime()
-		}
 		renewed := time.Now()
+		if fi, err := os.Stat(path); err == nil {
+			// A renewal from before this process (the sidecar restarted) counts from when it was
+			// made, by the wall clock this once: a gateway that restarts after cordon died must not
+			// get a fresh lease each time.
+			seen = fi.ModTime()
+			if age := time.Since(seen); age > 0 {
+				renewed = renewed.Add(-min(age, lease))
+			}
+		}
 		tick := time.NewTicker(leaseCheck(lease))
 		defer tick.Stop()
 		for {

@@ -114,11 +114,9 @@ var (
 	LeaseArgs   = []string{"kube", "lease"}   // + --dir TrustDir: renews the lease at every byte on stdin
 )
 
-// Bounds of GatewayConfig.LeaseSeconds (the policy's sandbox.kubernetes.lease).
-const (
-	DefaultLease = 30 * time.Second
-	MinLease     = 5 * time.Second
-)
+// DefaultLease is GatewayConfig.LeaseSeconds when the policy names no sandbox.kubernetes.lease
+// (whose least value is policy.MinKubeLease).
+const DefaultLease = 30 * time.Second
 
 // HeartbeatEvery is how often cordon renews a lease of the given length: often enough that a few
 // heartbeats lost to a slow API server do not end the run.
