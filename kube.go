@@ -23,6 +23,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandboxenv"
+	"github.com/cordon-sandbox/cordon/internal/warn"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
@@ -89,6 +90,9 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	if err := CheckName(cfg.Name); err != nil {
 		return nil, err
 	}
+	if err := CheckKubeRepo(cfg.Repo); err != nil {
+		return nil, err
+	}
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
@@ -103,8 +107,15 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	if err := kubeRefuses(pol); err != nil {
+	k := pol.Sandbox.Kubernetes
+	if k == nil {
+		k = &policy.Kubernetes{}
+	}
+	if err := kubeRefuses(pol, cmp.Or(cfg.RuntimeClass, k.RuntimeClass)); err != nil {
 		return nil, err
+	}
+	if pol.Limits.Pids > 0 || pol.Limits.OpenFiles > 0 {
+		b.warn.notice("limits.pids and limits.openFiles are not set on a pod: the node's settings hold instead")
 	}
 	var policyBytes []byte
 	if pol.Source != policy.BuiltinSource && pol.Source != "" {
@@ -119,10 +130,6 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 		}
 	} else {
 		policyBytes = []byte("version: 1\n")
-	}
-	k := pol.Sandbox.Kubernetes
-	if k == nil {
-		k = &policy.Kubernetes{}
 	}
 	client, err := kube.NewClient(kube.ClientOptions{
 		Getenv:     func(k string) string { return getenv(env, k) },
@@ -247,7 +254,7 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	}
 	out := &KubeExit{RunID: id, Base: res.Base, Reason: res.Reason}
 	out.Code, out.TimedOut = res.ExitCode, res.TimedOut
-	if res.Stopped != "" {
+	if res.Stopped != "" && !res.TimedOut {
 		b.warn.notice("the pod stopped the run: " + res.Stopped)
 	}
 	runErr = errors.Join(runErr, recordPatch(rec, project, workspace.PatchInfo{Repo: cfg.Repo, Ref: cfg.Ref}, res, &patch))
@@ -283,9 +290,16 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 // wrapper's status says the patch is its own: a process the agent left could have written one where
 // the wrapper failed. info's Base is taken from res.
 func recordPatch(rec *runstate.Run, project string, info workspace.PatchInfo, res *kube.Result, patch *bytes.Buffer) error {
+	// The base is the clone step's, as the kubelet reports it; the wrapper's status (which the agent
+	// could have written) must agree with it.
 	info.Base = res.Base
 	if res.Status != nil && res.Status.Base != "" {
-		info.Base = res.Status.Base
+		switch {
+		case info.Base == "":
+			info.Base = res.Status.Base
+		case res.Status.Base != info.Base:
+			return fmt.Errorf("the pod's status names base %q, the clone step checked out %s: the changes are not recorded", warn.Printable(res.Status.Base, 80), info.Base)
+		}
 	}
 	switch {
 	case res.Status == nil:
@@ -300,12 +314,35 @@ func recordPatch(rec *runstate.Run, project string, info workspace.PatchInfo, re
 	return nil
 }
 
+// CheckKubeRepo refuses a repository URL a kubernetes run cannot clone safely: not http(s), no host,
+// or with a user or password in it. Such a token would be in the pod's spec (its clone command),
+// in the checkout's .git/config, which the agent reads, and in the local run record; the way to
+// clone a private repository is a credential whose inject.hosts cover its host, which the gateway
+// puts in.
+func CheckKubeRepo(repo string) error {
+	u, err := url.Parse(repo)
+	switch {
+	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+		return fmt.Errorf("%q is not an http(s) repository URL (expected https://HOST/PATH)", repo)
+	case u.User != nil:
+		return fmt.Errorf("the repository URL for %s has a user or token in it, which the agent would read; give the token as a credential with inject.hosts: [%s] instead", u.Hostname(), u.Hostname())
+	}
+	return nil
+}
+
 // exitCordonFailed is the exit code a run's record gets when cordon itself failed it.
 const exitCordonFailed = 125
 
 // kubeRefuses says what of a policy the kubernetes backend cannot hold, rather than drop it silently.
-func kubeRefuses(pol *policy.Policy) error {
+// runtimeClass is the pod's (flag or policy), which a policy asking for gVisor must name.
+func kubeRefuses(pol *policy.Policy, runtimeClass string) error {
 	var no []string
+	if pol.Sandbox.Isolation == policy.IsolationGVisor && runtimeClass == "" {
+		no = append(no, "sandbox.isolation: gvisor without a RuntimeClass (name the cluster's gVisor one with --runtime-class or sandbox.kubernetes.runtimeClass)")
+	}
+	if pol.Sandbox.Workdir != "" {
+		no = append(no, "sandbox.workdir (the command starts at the checkout's top)")
+	}
 	if len(pol.Services) > 0 {
 		no = append(no, "services (fixture databases run beside a local sandbox)")
 	}

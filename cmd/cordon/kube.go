@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -61,12 +60,7 @@ func (k *kubeFlags) register(r *runFlags, fl *flag.FlagSet) {
 	str("image", "kubernetes: the agent's `IMAGE`; it needs git (sandbox.kubernetes.image)", &k.image, image)
 	str("cordon-image", "kubernetes: the `IMAGE` with cordon's static binary at /cordon, for the pod's gateway (sandbox.kubernetes.cordonImage)", &k.cordonImage, image)
 	str("runtime-class", "kubernetes: the pod's runtimeClassName, such as gvisor (sandbox.kubernetes.runtimeClass)", &k.runtimeClass, nil)
-	str("repo", "kubernetes: the repository `URL` the pod clones, through the gateway", &k.repo, func(v string) error {
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return fmt.Errorf("%q is not an http(s) repository URL (expected https://HOST/PATH)", v)
-		}
-		return nil
-	})
+	str("repo", "kubernetes: the repository `URL` the pod clones, through the gateway", &k.repo, cordon.CheckKubeRepo)
 	str("ref", "kubernetes: the branch, tag or commit to check out (default: the remote's HEAD)", &k.ref, nil)
 }
 

@@ -271,9 +271,14 @@ func Render(in *Input) (*Objects, error) {
 		pod.Spec.RuntimeClassName = ptr(in.RuntimeClass)
 	}
 	if in.Limits.Timeout > 0 {
-		// The pod's own deadline backs the run's timeout when cordon is gone; cordon ends the run
-		// at the timeout itself.
-		s := int64(in.Limits.Timeout.Seconds()) + 60
+		// A backstop only: cordon ends the run at its timeout by letting the lease lapse (the
+		// wrapper then makes the patch), and a cordon that is gone lets it lapse too. The deadline,
+		// which ends every container (the keeper and the results it holds too), comes an hour
+		// after both, so that a cordon gc in that hour still recovers the changes.
+		s := int64(in.Limits.Timeout.Seconds()) + 3600
+		if in.Config != nil {
+			s += int64(in.Config.LeaseSeconds)
+		}
 		pod.Spec.ActiveDeadlineSeconds = &s
 	}
 	return &Objects{Secret: secret, Pod: pod, NetworkPolicy: networkPolicy(meta(name+"-egress"), labels, in.PinnedAddrs)}, nil

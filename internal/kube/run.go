@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
+	"github.com/cordon-sandbox/cordon/internal/warn"
 )
 
 // Streams are the agent's: what cordon attaches to the agent's container.
@@ -211,7 +212,19 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			res.TimedOut = true
 			res.ExitCode = 124
-			// Fetch what the agent did up to now: the keeper still holds the audit log.
+			// The agent still runs, and what is in OutDir now is the agent's to write: the run is
+			// ended by the lease, whose lapse makes the wrapper stop the command and make the patch.
+			// Fetched only after that, so that the results are the wrapper's.
+			if opts.Lease > 0 {
+				stopLease()
+				leasing.Wait()
+				wctx, cancel := context.WithTimeout(ctx, opts.Lease+30*time.Second)
+				werr := c.watchPod(wctx, pod.Name, func(p *Pod) (bool, error) { return agentEnded(p), nil })
+				cancel()
+				if werr != nil {
+					return res, fmt.Errorf("kube: the run timed out, and its agent did not stop within its lease (%s): its changes are not fetched: %w", opts.Lease, werr)
+				}
+			}
 		} else {
 			if attachErr != nil {
 				err = errors.Join(err, attachErr)
@@ -233,8 +246,12 @@ func (c *Client) results(ctx context.Context, pod string, res *Result, patch, au
 	}
 	res.Status = hdr.Status
 	res.HasPatch = end.HasPatch
-	if hdr.Status != nil {
-		res.Stopped = hdr.Status.Stopped
+	if st := hdr.Status; st != nil {
+		// The agent runs as the wrapper's uid and can write where the status is: its words are
+		// shown, never obeyed, and go to the terminal only made printable.
+		st.Stopped = warn.Printable(st.Stopped, 400)
+		st.PatchError = warn.Printable(st.PatchError, 400)
+		res.Stopped = st.Stopped
 	}
 	return nil
 }

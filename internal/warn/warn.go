@@ -5,7 +5,10 @@
 // warnings: they go through the gateway's notifier.
 package warn
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Func receives one warning: a single line, without a "cordon:" prefix or a trailing newline. It
 // may be called from any goroutine and must not block. A nil Func drops warnings.
@@ -17,4 +20,22 @@ func (f Func) Printf(format string, args ...any) {
 	if f != nil {
 		f(fmt.Sprintf(format, args...))
 	}
+}
+
+// Printable makes text that came from outside cordon (a server's answer, a file a sandbox wrote) fit
+// for one line of a warning or an error: at most max bytes (then "…"), and every control character
+// (C0, DEL, C1: what could end the line, move the cursor or forge a terminal's output) replaced by ?.
+func Printable(s string, max int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= max {
+			b.WriteString("…")
+			break
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			r = '?'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

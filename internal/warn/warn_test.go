@@ -17,3 +17,20 @@ func TestPrintf(t *testing.T) {
 	var none Func
 	none.Printf("dropped %d", 1)
 }
+
+func TestPrintable(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"plain text", 100, "plain text"},
+		{"line\nforged\x1b[2K\r\x7f\u009b", 100, "line?forged?[2K???"},
+		{"abcdef", 3, "abc…"},
+		{"héllo", 100, "héllo"},
+	} {
+		if got := Printable(tc.in, tc.max); got != tc.want {
+			t.Errorf("Printable(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package githubapp
 import (
 	"errors"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/warn"
 	"slices"
 	"sort"
 	"strings"
@@ -194,20 +195,5 @@ func (sc scope) checkGrant(selection string, repos []grantedRepository, perms ma
 	return nil
 }
 
-// printable keeps text from a server's response fit for an error message: bounded, and without
-// control characters that could forge log lines or terminal output.
-func printable(s string) string {
-	const max = 200
-	var b strings.Builder
-	for _, r := range s {
-		if b.Len() >= max {
-			b.WriteString("…")
-			break
-		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			r = '?'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// printable keeps text from a server's response fit for an error message.
+func printable(s string) string { return warn.Printable(s, 200) }

@@ -111,7 +111,7 @@ func watchLease(ctx context.Context, dir string, lease time.Duration) <-chan str
 				continue
 			}
 			if since := time.Since(renewed); since >= lease {
-				lapsed <- fmt.Sprintf("no heartbeat from cordon for %s (the lease is %s): cordon was stopped or lost the cluster, so the run was stopped; cordon gc fetches its changes",
+				lapsed <- fmt.Sprintf("no heartbeat from cordon for %s (the lease is %s): cordon ended the run at its timeout, was stopped, or lost the cluster, so the run was stopped with its changes kept",
 					since.Round(time.Second), lease)
 				return
 			}

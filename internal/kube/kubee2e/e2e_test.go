@@ -480,6 +480,27 @@ func TestKubeKilledCordonStopsThePod(t *testing.T) {
 	}
 }
 
+// TestKubeTimeoutKeepsChanges: a run that reaches limits.timeout ends with 124, and the change
+// its agent made before is in the local run: cordon lets the lease lapse, the wrapper stops the
+// command and makes the patch, and only then are the results fetched (fetched at once, they were
+// the agent's to write, or nothing).
+func TestKubeTimeoutKeepsChanges(t *testing.T) {
+	e := setup(t)
+	local := e.localClone(t)
+	pol := e.policy(t, "limits:\n  timeout: 3s\nsandbox:\n  kubernetes:\n    lease: 5s\n")
+	ns := e.cluster.Namespace(t)
+	code, _, stderr := e.run(t, local, pol, ns, nil, "sh", "-c", "echo kept > kept.txt; exec sleep 600")
+	if code != 124 {
+		t.Fatalf("exit %d, want 124 (the timeout):\n%s", code, stderr)
+	}
+	id := runID(t, stderr)
+	diff, err := e.cordonCmd(local, "diff", id).CombinedOutput()
+	if err != nil || !strings.Contains(string(diff), "+kept") {
+		t.Errorf("cordon diff %s: %v\n%s\ncordon said:\n%s", id, err, diff, stderr)
+	}
+	e.noLeftovers(t, ns, id)
+}
+
 // noLeftovers waits until the run's pod and Secret are gone.
 func (e *env) noLeftovers(t *testing.T, ns, id string) {
 	t.Helper()
