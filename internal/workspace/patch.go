@@ -398,7 +398,7 @@ func deltaSizes(fr *gitdiff.BinaryFragment) (src, dst int64, ok bool) {
 	return int64(s), int64(d), true
 }
 
-// patchDiff is Diff for a patch run: the patch itself, which is git's own format, or its summary.
+// patchDiff is Diff for a patch run: the patch's files in git's own format, or their summary.
 // Neither needs the project.
 func patchDiff(w io.Writer, run *runstate.Run, info *Info, stat bool) error {
 	es, err := loadPatch(run, info)
@@ -410,12 +410,16 @@ func patchDiff(w io.Writer, run *runstate.Run, info *Info, stat bool) error {
 		writeStat(bw, patchStats(es))
 		return bw.Flush()
 	}
-	f, err := os.Open(filepath.Join(run.Dir, patchFile))
-	if err != nil {
-		return fmt.Errorf("workspace: patch run %s: %w", run.Meta.ID, err)
+	// The files as parsed, printed again: what apply would write and nothing else. The stored bytes
+	// may hold text between files, which the parser skips and a terminal would obey (an agent's
+	// cursor movements over the lines a reviewer reads).
+	bw := bufio.NewWriter(w)
+	for _, e := range es {
+		if _, err := bw.WriteString(e.file.String()); err != nil {
+			return fmt.Errorf("workspace: diff: %w", err)
+		}
 	}
-	defer f.Close()
-	if _, err := io.Copy(w, f); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("workspace: diff: %w", err)
 	}
 	return nil

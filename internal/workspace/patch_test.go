@@ -559,8 +559,25 @@ func TestPatchDiff(t *testing.T) {
 		if err := Diff(&out, f.run, false); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(out.Bytes(), f.patch) {
-			t.Errorf("Diff is not the patch:\n%s", out.String())
+		// Diff prints the parsed files again (go-gitdiff's format, which writes some hunk headers
+		// and binary data otherwise than git): the same files, modes, blob ids and fragments.
+		shown, err := parsePatch(bytes.NewReader(out.Bytes()), 40)
+		if err != nil {
+			t.Fatalf("Diff's output does not parse: %v\n%s", err, out.String())
+		}
+		stored, err := parsePatch(bytes.NewReader(f.patch), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(shown) != len(stored) {
+			t.Fatalf("Diff shows %d files, the patch has %d", len(shown), len(stored))
+		}
+		for i := range stored {
+			a, b := shown[i], stored[i]
+			if a.path != b.path || a.kind != b.kind || a.oldMode != b.oldMode || a.newMode != b.newMode ||
+				a.oldOID != b.oldOID || a.newOID != b.newOID || a.file.String() != b.file.String() {
+				t.Errorf("Diff's %s differs from the patch's %s:\n%s", a.path, b.path, a.file)
+			}
 		}
 		out.Reset()
 		if err := Diff(&out, f.run, true); err != nil {
@@ -648,4 +665,29 @@ func FuzzPatchParse(f *testing.F) {
 		_ = patchList(es)
 		_ = patchStats(es)
 	})
+}
+
+// TestPatchDiffShowsOnlyTheFiles: text between a patch's files, which the parser skips and apply
+// never writes, is not shown by cordon diff either: an agent's terminal escapes there would move the
+// reviewer's cursor over the lines they read. The stored patch printed as it was showed them.
+func TestPatchDiffShowsOnlyTheFiles(t *testing.T) {
+	t.Parallel()
+	p := newProject(t)
+	r := testRun(t, p)
+	junk := "\x1b[2A\x1b[2Kthis is not in the change\n"
+	if err := PreparePatch(r, p, PatchInfo{Base: strings.Repeat("1", 40)}, strings.NewReader(addFile("x")+junk+addFile("y"))); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Diff(&out, r, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\x1b") || strings.Contains(out.String(), "not in the change") {
+		t.Errorf("cordon diff shows what the patch's parser skipped:\n%q", out.String())
+	}
+	for _, want := range []string{"b/x", "b/y"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("cordon diff lacks %s:\n%s", want, out.String())
+		}
+	}
 }
