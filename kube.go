@@ -447,10 +447,19 @@ func (s Store) CleanKube(ctx context.Context, env []string) ([]KubeCleaned, erro
 			errs = append(errs, fmt.Errorf("run %s (namespace %s): %w", r.Meta.ID, k.Namespace, err))
 			continue
 		}
+		if k.Server != "" && c.Server() != k.Server {
+			errs = append(errs, fmt.Errorf("run %s: its context %q now names server %s, the run was on %s; point the kubeconfig at that cluster to clean it up", r.Meta.ID, k.Context, c.Server(), k.Server))
+			continue
+		}
 		kc := KubeCleaned{ID: r.Meta.ID}
 		if r.Meta.State == runstate.StateInterrupted {
-			if err := recoverKube(ctx, c, r, &kc); err != nil {
-				errs = append(errs, fmt.Errorf("run %s: %w", r.Meta.ID, err))
+			rctx, cancel := context.WithTimeout(ctx, cmp.Or(k.Lease, kubepod.DefaultLease)+recoverWait+2*time.Minute)
+			err := recoverKube(rctx, c, r, &kc)
+			cancel()
+			if err != nil {
+				// Not recovered, and not known to be lost: the pod stays for the next gc.
+				errs = append(errs, fmt.Errorf("run %s: fetching its changes from its pod (cordon gc tries again): %w", r.Meta.ID, err))
+				continue
 			}
 		}
 		if err := c.DeleteRun(ctx, r.Meta.ID); err != nil {
@@ -468,33 +477,45 @@ func (s Store) CleanKube(ctx context.Context, env []string) ([]KubeCleaned, erro
 // recoverKube fetches the results of run r, whose cordon was interrupted, from its pod into r, and
 // finishes r's record. A run whose pod is gone, or whose agent never ran, is finished as cordon's
 // failure; one whose agent ran on past the wait is left to DeleteRun, its changes lost (said in kc).
+// Any other error leaves r as it was, for the next gc: its pod must not be deleted.
 func recoverKube(ctx context.Context, c *kube.Client, r *runstate.Run, kc *KubeCleaned) error {
 	k := r.Meta.Kube
-	auditFile, err := os.OpenFile(filepath.Join(r.Dir, audit.FileName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// The audit log comes into a file of its own, which replaces the run's only once it is whole.
+	auditPath := filepath.Join(r.Dir, audit.FileName)
+	auditFile, err := os.CreateTemp(r.Dir, "."+audit.FileName+".recover*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(auditFile.Name())
 	var patch bytes.Buffer
 	res, err := c.Recover(ctx, r.Meta.ID, cmp.Or(k.Lease, kubepod.DefaultLease)+recoverWait, &patch, auditFile)
 	if cerr := auditFile.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		kc.Note = "nothing was fetched from its pod: " + err.Error()
-		if errors.Is(err, kube.ErrStillRunning) {
-			kc.Note = "its agent was still running; it was deleted with its pod, and its changes are lost"
-		}
+	switch {
+	case errors.Is(err, kube.ErrStillRunning):
+		kc.Note = "its agent was still running; it was deleted with its pod, and its changes are lost"
 		return r.Finish(exitCordonFailed)
+	case errors.Is(err, kube.ErrNoPod), errors.Is(err, kube.ErrNeverRan):
+		kc.Note = "nothing to fetch from its pod: " + err.Error()
+		return r.Finish(exitCordonFailed)
+	case err != nil:
+		return err
+	}
+	if err := os.Rename(auditFile.Name(), auditPath); err != nil {
+		return err
 	}
 	kc.Recovered = true
 	if res.Stopped != "" {
 		kc.Note = "the pod stopped it: " + res.Stopped
 	}
-	perr := recordPatch(r, r.Meta.Project, workspace.PatchInfo{Repo: k.Repo, Ref: k.Ref}, res, &patch)
+	if err := recordPatch(r, r.Meta.Project, workspace.PatchInfo{Repo: k.Repo, Ref: k.Ref}, res, &patch); err != nil {
+		kc.Note = strings.TrimPrefix(kc.Note+"; ", "; ") + err.Error()
+	}
 	if cs, err := workspace.Changes(r); err == nil {
 		kc.Changes = len(cs)
 	}
-	return errors.Join(perr, r.Finish(res.ExitCode))
+	return r.Finish(res.ExitCode)
 }
 
 // cloneAuth picks the credential the clone step presents to the repository: the first whose

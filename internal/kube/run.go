@@ -262,6 +262,10 @@ var ErrNoPod = errors.New("kube: the run's pod is gone")
 // ErrStillRunning is Recover's error for a run whose agent did not end within the wait.
 var ErrStillRunning = errors.New("kube: the run's agent is still running")
 
+// ErrNeverRan is Recover's error for a run whose agent never started (a step before it failed):
+// there is nothing to fetch.
+var ErrNeverRan = errors.New("kube: the run's agent never ran")
+
 // Recover fetches what a run whose cordon was interrupted left in its pod: it waits, at most wait,
 // for the agent to end (its lease ends it once cordon's heartbeat has stopped), then fetches the
 // changes and the audit log as Run does. It does not delete anything (DeleteRun does).
@@ -295,14 +299,21 @@ func (c *Client) Recover(ctx context.Context, runID string, wait time.Duration, 
 		}
 		return true, nil
 	})
+	var se *StepError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w after %s in pod %s", ErrStillRunning, wait, name)
+	case errors.As(err, &se):
+		return nil, fmt.Errorf("%w in pod %s: %v", ErrNeverRan, name, se)
 	case err != nil:
 		return nil, err
 	}
-	if p, err := c.getPod(ctx, name); err != nil || !agentEnded(p) {
-		return nil, fmt.Errorf("kube: the run's agent never ran in pod %s: nothing to fetch", name)
+	p, err := c.getPod(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("kube: reading the run's pod: %w", err)
+	}
+	if !agentEnded(p) {
+		return nil, fmt.Errorf("%w in pod %s (it is %s)", ErrNeverRan, name, p.Status.Phase)
 	}
 	return res, c.results(ctx, name, res, patch, audit)
 }
