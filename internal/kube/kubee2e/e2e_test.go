@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -356,7 +357,10 @@ echo done`, e.gitPort, apiHost, apiPort, e.cluster.NodeIP, other)
 func TestKubeCredentialStaysInGateway(t *testing.T) {
 	e := setup(t)
 	local := e.localClone(t)
-	const real = "real-token-5a0c1f8e9d"
+	// The value is in two parts in the agent's script, joined only in its shell: whole, it would
+	// be in the agent's own argv and the pod's spec, and the search below would hold it itself.
+	const realA, realB = "real-token-", "5a0c1f8e9d"
+	const real = realA + realB
 	pol := e.policy(t, `credentials:
   - name: API_TOKEN
     from: {env: KUBEE2E_TOKEN}
@@ -369,7 +373,8 @@ env
 ls /run/cordon
 test ! -e /run/cordon/secret && echo no-secret-mount
 cat /proc/self/environ | tr '\0' '\n' | grep -c API_TOKEN
-grep -rl %s /run/cordon /workspace /tmp /home 2>/dev/null && echo FOUND-REAL || echo clean`, e.gitPort, real)
+a=%s; b=%s
+grep -rl "$a$b" /run/cordon /workspace /tmp /home /proc/1/cmdline /proc/1/environ 2>/dev/null && echo FOUND-REAL || echo clean`, e.gitPort, realA, realB)
 	ns := e.cluster.Namespace(t)
 	code, out, stderr := e.run(t, local, pol, ns, nil, "sh", "-c", script)
 	if code != 0 {
@@ -384,6 +389,18 @@ grep -rl %s /run/cordon /workspace /tmp /home 2>/dev/null && echo FOUND-REAL || 
 	got := e.seen.all()
 	if len(got) == 0 || got[len(got)-1] != "Bearer "+real {
 		t.Errorf("the upstream saw %q, want the real token", got)
+	}
+	// Nor is it in what cordon keeps of the run here: its record, audit log and patch.
+	if err := filepath.WalkDir(e.state, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), real) {
+			t.Errorf("the real credential is in cordon's state: %s", p)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
