@@ -235,9 +235,14 @@ func Render(in *Input) (*Objects, error) {
 	}
 
 	memory := "Memory"
-	workspace := &EmptyDirVolumeSource{}
-	if in.Limits.Disk > 0 {
-		workspace.SizeLimit = strconv.FormatInt(int64(in.Limits.Disk), 10)
+	// limits.disk bounds every volume the agent can write (the workspace, /tmp, the home, the
+	// results), each on its own: the kubelet evicts a pod whose emptyDir outgrows its limit.
+	agentDir := func(n string) Volume {
+		v := &EmptyDirVolumeSource{}
+		if in.Limits.Disk > 0 {
+			v.SizeLimit = strconv.FormatInt(int64(in.Limits.Disk), 10)
+		}
+		return Volume{Name: n, EmptyDir: v}
 	}
 	empty := func(n string) Volume { return Volume{Name: n, EmptyDir: &EmptyDirVolumeSource{}} }
 	pod := &Pod{
@@ -259,10 +264,10 @@ func Render(in *Input) (*Objects, error) {
 				empty(volBin),
 				{Name: volTrust, EmptyDir: &EmptyDirVolumeSource{Medium: memory}},
 				empty(volAudit),
-				empty(volOut),
-				{Name: volWorkspace, EmptyDir: workspace},
-				empty(volTmp),
-				empty(volHome),
+				agentDir(volOut),
+				agentDir(volWorkspace),
+				agentDir(volTmp),
+				agentDir(volHome),
 				{Name: volSecret, Secret: &SecretVolumeSource{SecretName: secret.Name, DefaultMode: ptr(int32(0o444))}},
 			},
 		},

@@ -145,6 +145,21 @@ func TestRenderHoldsTheBoundary(t *testing.T) {
 	if p.Spec.ActiveDeadlineSeconds == nil || *p.Spec.ActiveDeadlineSeconds < 3600 {
 		t.Error("no pod deadline behind the run's timeout")
 	}
+	// limits.disk bounds every volume the agent's container can write.
+	writable := map[string]bool{}
+	for _, m := range agent.VolumeMounts {
+		if !m.ReadOnly {
+			writable[m.Name] = true
+		}
+	}
+	for _, v := range p.Spec.Volumes {
+		if writable[v.Name] && (v.EmptyDir == nil || v.EmptyDir.SizeLimit != "10737418240") {
+			t.Errorf("volume %s, writable by the agent, is not bounded by limits.disk: %+v", v.Name, v.EmptyDir)
+		}
+	}
+	if len(writable) < 3 {
+		t.Errorf("the agent writes only %v", writable)
+	}
 }
 
 func TestRenderRefuses(t *testing.T) {
