@@ -272,13 +272,6 @@ type status struct {
 	} `json:"details,omitempty"`
 }
 
-// objectList is a list's items with their metadata only.
-type objectList struct {
-	Items []struct {
-		ObjectMeta `json:"metadata"`
-	} `json:"items"`
-}
-
 // watchEvent is one line of a watch.
 type watchEvent struct {
 	Type   string `json:"type"`

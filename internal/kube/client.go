@@ -198,26 +198,6 @@ func (c *Client) DeleteRun(ctx context.Context, runID string) error {
 	return errors.Join(errs...)
 }
 
-// Leftovers lists the runs (as labelled) that still have a pod or Secret in the namespace.
-func (c *Client) Leftovers(ctx context.Context) ([]string, error) {
-	seen := map[string]bool{}
-	var ids []string
-	q := url.Values{"labelSelector": {LabelManagedBy + "=" + managedBy}}
-	for _, res := range []string{"pods", "secrets"} {
-		var list objectList
-		if err := c.do(ctx, http.MethodGet, c.nsPath("", res, ""), q, nil, &list); err != nil {
-			return nil, fmt.Errorf("kube: listing %s: %w", res, err)
-		}
-		for _, o := range list.Items {
-			if id := o.Labels[LabelRun]; id != "" && !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids, nil
-}
-
 // watchPod calls fn with every state of the pod until fn says done or ctx ends.
 func (c *Client) watchPod(ctx context.Context, name string, fn func(*Pod) (bool, error)) error {
 	for {

@@ -39,8 +39,6 @@ type RunOptions struct {
 	Timeout time.Duration
 	// StartTimeout bounds the wait for the pod to start the agent (images, scheduling, the clone).
 	StartTimeout time.Duration
-	// OnCreated is called once the pod exists (the local run records it for gc).
-	OnCreated func()
 	// Lease is the run's lease (kubepod.GatewayConfig.LeaseSeconds, which the objects were rendered
 	// with): cordon renews it from the gateway's start until Run returns. Zero renews nothing.
 	Lease time.Duration
@@ -102,9 +100,6 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	pod, err := c.createPod(ctx, o.Pod)
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the run's pod: %w", err)
-	}
-	if opts.OnCreated != nil {
-		opts.OnCreated()
 	}
 	// The Secret belongs to the pod: when the pod goes, the cluster's garbage collector takes the
 	// Secret too, even if cordon is gone by then.
