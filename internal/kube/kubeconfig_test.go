@@ -37,8 +37,8 @@ func authHeader(t *testing.T, c *restConfig) string {
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, "kubeconfig")
-	caFile := writeFile(t, dir, "ca.pem", string(ca.PEM))
-	tokenF := writeFile(t, dir, "token", "file-token\n")
+	writeFile(t, dir, "ca.pem", string(ca.PEM))
+	writeFile(t, dir, "token", "file-token\n")
 	plugin := writeFile(t, dir, "plugin.sh", `#!/bin/sh
 case "$KUBERNETES_EXEC_INFO" in *ExecCredential*) ;; *) exit 3 ;; esac
 echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"plugin-token-'"$EXTRA"'"}}'
@@ -139,6 +139,4 @@ contexts:
 	if c.TLS.RootCAs == nil || !c.TLS.RootCAs.Equal(ca.Pool) {
 		t.Error("the cluster's CA (a path relative to the kubeconfig) is not the trust root")
 	}
-	_ = caFile
-	_ = tokenF
 }
