@@ -173,7 +173,8 @@ func RunKube(ctx context.Context, cfg KubeConfig) (*KubeExit, error) {
 	for _, w := range warnings {
 		b.warn.notice(w)
 	}
-	// The environment is part of the pod's spec: whoever may read pods in the namespace reads it.
+	// The values go into the run's Secret, not the pod's spec (kube.Render), but the agent reads
+	// every one of them: secret-shaped values are warned about as locally.
 	b.warnSecretValues(agentEnv, pol.Env)
 	agentEnv = append(agentEnv, podTrustEnv()...)
 	if credSet != nil {

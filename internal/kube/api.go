@@ -97,10 +97,24 @@ type Container struct {
 	TerminationMessagePolicy string           `json:"terminationMessagePolicy,omitempty"`
 }
 
-// EnvVar is one variable of a container's environment.
+// EnvVar is one variable of a container's environment. The run's pod sets every value from a key
+// of its Secret (ValueFrom), never inline: see Render.
 type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name      string        `json:"name"`
+	Value     string        `json:"value,omitempty"`
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource is where a variable's value comes from.
+type EnvVarSource struct {
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeySelector is one key of a Secret. Optional is left unset (false): a missing key keeps the
+// container from starting rather than starting it without the variable.
+type SecretKeySelector struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
 }
 
 // ContainerPort documents a port the gateway listens on (on the pod's loopback only).
@@ -159,6 +173,14 @@ type EmptyDirVolumeSource struct {
 type SecretVolumeSource struct {
 	SecretName  string `json:"secretName"`
 	DefaultMode *int32 `json:"defaultMode,omitempty"`
+	// Items, when set, are the only keys the volume shows.
+	Items []KeyToPath `json:"items,omitempty"`
+}
+
+// KeyToPath puts one key of a Secret at a path in its volume.
+type KeyToPath struct {
+	Key  string `json:"key"`
+	Path string `json:"path"`
 }
 
 // PodStatus is what cordon reads of a pod's status.

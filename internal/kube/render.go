@@ -127,17 +127,23 @@ func Render(in *Input) (*Objects, error) {
 		ObjectMeta: meta(SecretName(in.RunID)),
 		Type:       "Opaque",
 	}
+	env, values := envVars(in.Env, secret.Name)
 	if in.Config != nil {
 		data, err := json.Marshal(in.Config)
 		if err != nil {
 			return nil, fmt.Errorf("kube: gateway config: %w", err)
 		}
 		secret.Data = map[string][]byte{kubepod.ConfigFile: data}
+		for k, v := range values {
+			secret.Data[k] = []byte(v)
+		}
 	} else {
 		secret.StringData = map[string]string{kubepod.ConfigFile: "<the gateway's configuration: the policy and the run's credentials, written by cordon run>"}
+		for k, v := range values {
+			secret.StringData[k] = v
+		}
 	}
 
-	env := envVars(in.Env)
 	agentSec := restricted(uid)
 	bin := []string{kubepod.Binary}
 	cordon := []string{kubepod.BinaryInImage}
@@ -268,7 +274,10 @@ func Render(in *Input) (*Objects, error) {
 				agentDir(volWorkspace),
 				agentDir(volTmp),
 				agentDir(volHome),
-				{Name: volSecret, Secret: &SecretVolumeSource{SecretName: secret.Name, DefaultMode: ptr(int32(0o444))}},
+				// The gateway's configuration only: the agent's environment, in the same Secret, is
+				// no business of the gateway's.
+				{Name: volSecret, Secret: &SecretVolumeSource{SecretName: secret.Name, DefaultMode: ptr(int32(0o444)),
+					Items: []KeyToPath{{Key: kubepod.ConfigFile, Path: kubepod.ConfigFile}}}},
 			},
 		},
 	}
@@ -343,14 +352,26 @@ func limitsOf(l policy.Limits) *Resources {
 }
 
 // envVars turns KEY=VALUE into the container's env, in order.
-func envVars(env []string) []EnvVar {
+// envVars is the agent's environment (KEY=VALUE) as the containers' variables, each taken from a
+// key of the Secret named secret, and those keys' values. The values stay out of the pod's spec:
+// whoever may read pods in the namespace may not read its Secrets, and a value set inline would be
+// expanded by the kubelet ($(NAME) replaced by another variable's value), where a Secret's is passed
+// as it is. The keys are envKeyPrefix and the variable's index, since a variable's name may hold
+// characters a Secret's key may not; they cannot meet kubepod.ConfigFile.
+func envVars(env []string, secret string) ([]EnvVar, map[string]string) {
 	out := make([]EnvVar, 0, len(env))
-	for _, kv := range env {
+	values := make(map[string]string, len(env))
+	for i, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		out = append(out, EnvVar{Name: k, Value: v})
+		key := envKeyPrefix + strconv.Itoa(i)
+		values[key] = v
+		out = append(out, EnvVar{Name: k, ValueFrom: &EnvVarSource{SecretKeyRef: &SecretKeySelector{Name: secret, Key: key}}})
 	}
-	return out
+	return out, values
 }
+
+// envKeyPrefix starts the keys of the run's Secret that hold the agent's environment.
+const envKeyPrefix = "env."
 
 func hostname(h string) string {
 	if h == "" {

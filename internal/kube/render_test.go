@@ -306,3 +306,70 @@ func TestDropEcho(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderKeepsEnvironmentInSecret checks that the agent's environment reaches its containers
+// from the run's Secret, never written in the pod's spec (which whoever may list pods can read, and
+// whose inline values the kubelet would expand), and that the gateway's volume shows its
+// configuration alone.
+func TestRenderKeepsEnvironmentInSecret(t *testing.T) {
+	in := testInput()
+	in.Env = append(in.Env, "LITERAL=$(HOME)/not-expanded", "EMPTY=")
+	o, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(o.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"placeholder-xyz", "not-expanded"} {
+		if bytes.Contains(spec, []byte(v)) {
+			t.Errorf("the pod's spec holds the environment's value %q", v)
+		}
+	}
+	cs := containers(o.Pod)
+	for _, name := range []string{ContainerClone, ContainerAgent} {
+		env := cs[name].Env
+		if len(env) != len(in.Env) {
+			t.Fatalf("%s has %d variables, want %d", name, len(env), len(in.Env))
+		}
+		for i, kv := range in.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			e := env[i]
+			if e.Name != k || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				t.Errorf("%s: variable %d is %+v, want %s from the Secret", name, i, e, k)
+				continue
+			}
+			ref := e.ValueFrom.SecretKeyRef
+			if ref.Name != o.Secret.Name || ref.Key == kubepod.ConfigFile {
+				t.Errorf("%s: %s comes from %s/%s", name, k, ref.Name, ref.Key)
+			}
+			if got, ok := o.Secret.Data[ref.Key]; !ok || string(got) != v {
+				t.Errorf("%s: %s's key %s holds %q (present %v), want %q", name, k, ref.Key, got, ok, v)
+			}
+		}
+	}
+	for _, c := range cs {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == kubepod.ConfigFile {
+				t.Errorf("%s's %s is the gateway's configuration", c.Name, e.Name)
+			}
+		}
+	}
+	for _, v := range o.Pod.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != kubepod.ConfigFile {
+			t.Errorf("the gateway's Secret volume shows %+v, want %s alone", v.Secret.Items, kubepod.ConfigFile)
+		}
+	}
+	// cordon kube render (no configuration) still shows where each value goes.
+	in.Config = nil
+	if o, err = Render(in); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.Secret.StringData[envKeyPrefix+"1"]; got != "placeholder-xyz" {
+		t.Errorf("rendered without a configuration, API_KEY's key holds %q", got)
+	}
+}

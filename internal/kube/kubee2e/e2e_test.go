@@ -361,10 +361,14 @@ func TestKubeCredentialStaysInGateway(t *testing.T) {
 	// be in the agent's own argv and the pod's spec, and the search below would hold it itself.
 	const realA, realB = "real-token-", "5a0c1f8e9d"
 	const real = realA + realB
+	// LITERAL checks that the environment comes from the run's Secret, passed as it is: a value
+	// written in the pod's spec would have its $(HOME) expanded by the kubelet.
 	pol := e.policy(t, `credentials:
   - name: API_TOKEN
     from: {env: KUBEE2E_TOKEN}
     inject: {host: git.test, scheme: bearer}
+env:
+  set: {LITERAL: '$(HOME)/kept'}
 `)
 	t.Setenv("KUBEE2E_TOKEN", real)
 	script := fmt.Sprintf(`set -e
@@ -373,6 +377,7 @@ env
 ls /run/cordon
 test ! -e /run/cordon/secret && echo no-secret-mount
 cat /proc/self/environ | tr '\0' '\n' | grep -c API_TOKEN
+echo "literal=$LITERAL."
 a=%s; b=%s
 grep -rl "$a$b" /run/cordon /workspace /tmp /home /proc/1/cmdline /proc/1/environ 2>/dev/null && echo FOUND-REAL || echo clean`, e.gitPort, realA, realB)
 	ns := e.cluster.Namespace(t)
@@ -382,6 +387,9 @@ grep -rl "$a$b" /run/cordon /workspace /tmp /home /proc/1/cmdline /proc/1/enviro
 	}
 	if strings.Contains(out, real) || strings.Contains(out, "FOUND-REAL") {
 		t.Errorf("the real credential is visible inside the pod:\n%s", out)
+	}
+	if !strings.Contains(out, "literal=$(HOME)/kept.") {
+		t.Errorf("LITERAL did not reach the agent as it is:\n%s", out)
 	}
 	if !strings.Contains(out, "no-secret-mount") || !strings.Contains(out, "clean") {
 		t.Errorf("unexpected output:\n%s", out)
