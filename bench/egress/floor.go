@@ -39,7 +39,9 @@ import (
 //
 // A relay listens on a loopback port of its own and prints "READY port". The relays check nothing and
 // log nothing: they measure what relaying alone costs on this machine, the floor under any user-space
-// gateway, cordon's included.
+// gateway, cordon's included. Their listeners are transparent (IP_TRANSPARENT) where the process may
+// make them so, which changes nothing for connections made to them and lets redirect.sh hand them
+// connections with an nftables tproxy rule instead of a NAT redirect.
 func role(args []string) bool {
 	if len(args) < 3 {
 		return false
@@ -51,12 +53,12 @@ func role(args []string) bool {
 		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
 		serve(ln)
 	case "relay-go":
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := floorListener()
 		check(err)
 		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
 		relayGo(ln, args[2])
 	case "relay-splice", "relay-sockmap":
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := floorListener()
 		check(err)
 		fmt.Println("READY", ln.Addr().(*net.TCPAddr).Port)
 		relayKernel(ln, args[2], args[1] == "relay-sockmap")
@@ -76,6 +78,14 @@ func role(args []string) bool {
 		return false
 	}
 	return true
+}
+
+// floorListener is a Go relay's loopback listener, transparent where allowed (see role).
+func floorListener() (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1) })
+	}}
+	return lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 }
 
 // onlyWriter and onlyReader hide ReadFrom and WriteTo, so io.CopyBuffer uses its buffer (not
@@ -161,6 +171,7 @@ func relayEpoll(upstream string, ready func(port int)) error {
 		return err
 	}
 	_ = unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	_ = unix.SetsockoptInt(ln, unix.SOL_IP, unix.IP_TRANSPARENT, 1) // where allowed: see role
 	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		return err
 	}

@@ -3,7 +3,10 @@
 # the upstream and a floor relay, measured plain and then behind an nftables NAT redirect with the
 # conntrack state rules a sandbox's namespace has, alternated in each round (the table is added and
 # deleted around the redirected measurement), so that the ratio says what the redirect costs the
-# floor itself, apart from any gateway. Usage, from the repository:
+# floor itself, apart from any gateway. A third arm hands the same connections to the relays with an
+# nftables tproxy rule and no connection tracking at all (the design that would drop the NAT
+# rewrite and conntrack entry from each connection; the relays' listeners are transparent), so that
+# the three can be compared in one round. Usage, from the repository:
 #
 #	go build -o /tmp/egress-bench ./bench/egress
 #	flock /tmp/bench.lock unshare -n sh bench/egress/redirect.sh /tmp/egress-bench [rounds]
@@ -28,6 +31,22 @@ table inet bench {
 }
 NFT
 }
+# tproxy: packets to any address on port 19998 or 19999 leave by lo (the namespace's default route, as
+# in a sandbox's), come back in, and are given to the relay's listener as they are, untracked.
+tproxy() {
+	nft -f - <<NFT
+table inet bench {
+	chain raw-output { type filter hook output priority raw; meta l4proto tcp notrack; }
+	chain raw-prerouting { type filter hook prerouting priority raw; meta l4proto tcp notrack; }
+	chain mangle-prerouting { type filter hook prerouting priority mangle;
+		ip daddr 10.99.0.1 tcp dport 19998 tproxy ip to 127.0.0.1:$goport meta mark set 1 accept;
+		ip daddr 10.99.0.1 tcp dport 19999 tproxy ip to 127.0.0.1:$epport meta mark set 1 accept; }
+}
+NFT
+}
+ip route add default dev lo src 127.0.0.1
+ip rule add fwmark 1 lookup 100
+ip route add local 0.0.0.0/0 dev lo table 100
 speed() { curl -sS -o /dev/null -w '%{speed_download}' "http://$1/?mib=1024"; }
 for i in $(seq "$rounds"); do
 	a=$(speed 127.0.0.1:$goport)
@@ -37,6 +56,10 @@ for i in $(seq "$rounds"); do
 	b=$(speed 127.0.0.1:19998)
 	e=$("$bin" client 127.0.0.1:19999 2000 1)
 	nft delete table inet bench
-	echo "$a $b $c $e $d" | awk '{printf "round: 1 GiB through the Go relay %.0f, behind the redirect %.0f MiB/s (%.2fx); new connections through the epoll relay %.0f/s p50 +%.0f us, behind the redirect %.0f/s (%.2fx) p50 +%.0f us (direct p50 %.0f us)\n",
-		$1/2^20, $2/2^20, $2/$1, $3, $4-$8, $5, $5/$3, $6-$8, $8}'
+	tproxy
+	f=$(speed 10.99.0.1:19998)
+	g=$("$bin" client 10.99.0.1:19999 2000 1)
+	nft delete table inet bench
+	echo "$a $b $f $c $e $g $d" | awk '{printf "round: 1 GiB through the Go relay %.0f, behind the redirect %.0f MiB/s (%.2fx), by tproxy %.0f (%.2fx); new connections through the epoll relay %.0f/s p50 +%.0f us, behind the redirect %.0f/s (%.2fx) p50 +%.0f us, by tproxy %.0f/s (%.2fx) p50 +%.0f us (direct p50 %.0f us)\n",
+		$1/2^20, $2/2^20, $2/$1, $3/2^20, $3/$1, $4, $5-$11, $6, $6/$4, $7-$11, $8, $8/$4, $9-$11, $11}'
 done
