@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -68,6 +69,22 @@ func sysctls(t *testing.T) map[string]string {
 	return vals
 }
 
+// quietSysctls is sysctls read while no test process's cluster runs on the machine: under the
+// machine's cluster lock, which another package's cluster (go test runs packages side by side) holds
+// while its kubelet has the settings changed.
+func quietSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	lk, err := lock(t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = unix.Flock(int(lk.Fd()), unix.LOCK_UN)
+		lk.Close()
+	}()
+	return sysctls(t)
+}
+
 // TestStartAfterCrash kills a test process whose cluster runs a pod, and checks that the next Start
 // works and that Stop then leaves nothing of either cluster on the machine: no process, mount,
 // network namespace, bridge, cgroup or fixed-path file, and the kernel settings as they were.
@@ -78,7 +95,7 @@ func TestStartAfterCrash(t *testing.T) {
 	if err := Stop(); err != nil { // a cluster an earlier test of this process started
 		t.Fatal(err)
 	}
-	before := sysctls(t)
+	before := quietSysctls(t)
 	var existed []string // fixed paths that were there before any cluster of this test
 	for _, p := range append(slices.Clone(fixedFiles), fixedDirs...) {
 		if _, err := os.Stat(p); err == nil {
@@ -198,7 +215,7 @@ func TestStartAfterCrash(t *testing.T) {
 			t.Errorf("Stop left %s in the state directory", e.Name())
 		}
 	}
-	if got := sysctls(t); !maps.Equal(got, before) {
+	if got := quietSysctls(t); !maps.Equal(got, before) {
 		t.Errorf("kernel settings after Stop %v, before the first start %v", got, before)
 	}
 }
