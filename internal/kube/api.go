@@ -65,6 +65,12 @@ type PodSpec struct {
 	InitContainers                []Container         `json:"initContainers,omitempty"`
 	Containers                    []Container         `json:"containers"`
 	Volumes                       []Volume            `json:"volumes,omitempty"`
+	SchedulingGates               []SchedulingGate    `json:"schedulingGates,omitempty"`
+}
+
+// SchedulingGate holds a pod back from scheduling until it is removed (GateAdmitted).
+type SchedulingGate struct {
+	Name string `json:"name"`
 }
 
 // PodSecurityContext is the pod-wide security context.

@@ -117,6 +117,22 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return err
 	}
+	return c.send(r, out)
+}
+
+// doAs is do with a body of the given content type (a patch).
+func (c *Client) doAs(ctx context.Context, method, path, contentType string, body, out any) error {
+	r, err := c.request(ctx, method, path, nil, body)
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Content-Type", contentType)
+	return c.send(r, out)
+}
+
+// send sends r and decodes the answer into out (nil discards it).
+func (c *Client) send(r *http.Request, out any) error {
+	method, path := r.Method, r.URL.Path
 	resp, err := c.http.Do(r)
 	if err != nil {
 		return err
@@ -157,18 +173,67 @@ func (c *Client) nsPath(group, resource, name string) string {
 	return p
 }
 
-func (c *Client) createSecret(ctx context.Context, s *Secret) (*Secret, error) {
-	out := &Secret{}
-	return out, c.do(ctx, http.MethodPost, c.nsPath("", "secrets", ""), nil, s, out)
+// createSecret creates s and returns the Secret the API server stored, decoded and as it was sent
+// back.
+func (c *Client) createSecret(ctx context.Context, s *Secret) (*Secret, []byte, error) {
+	return create[Secret](ctx, c, c.nsPath("", "secrets", ""), s)
+}
+
+// create posts obj to path and returns the object the API server stored, decoded and as it was sent
+// back (for the check that it is what was sent: admission.go).
+func create[T any](ctx context.Context, c *Client, path string, obj any) (*T, []byte, error) {
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodPost, path, nil, obj, &raw); err != nil {
+		return nil, nil, err
+	}
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, nil, fmt.Errorf("decoding the created object: %w", err)
+	}
+	return out, raw, nil
 }
 
 func (c *Client) updateSecret(ctx context.Context, s *Secret) error {
 	return c.do(ctx, http.MethodPut, c.nsPath("", "secrets", s.Name), nil, s, nil)
 }
 
-func (c *Client) createPod(ctx context.Context, p *Pod) (*Pod, error) {
-	out := &Pod{}
-	return out, c.do(ctx, http.MethodPost, c.nsPath("", "pods", ""), nil, p, out)
+// createPod creates p and returns the pod the API server stored, decoded and as it was sent back.
+func (c *Client) createPod(ctx context.Context, p *Pod) (*Pod, []byte, error) {
+	return create[Pod](ctx, c, c.nsPath("", "pods", ""), p)
+}
+
+// ungate removes the pod's scheduling gates once check passes on the pod as stored, on condition
+// that it is still the version checked (a JSON patch's test of the resource version): a pod changed
+// since is read and checked again (the scheduler records, in the pod's status, that it is gated),
+// and one that no longer passes is not let run.
+func (c *Client) ungate(ctx context.Context, name string, check func(stored []byte) error) error {
+	path := c.nsPath("", "pods", name)
+	var err error
+	for range 5 {
+		var raw json.RawMessage
+		if err = c.do(ctx, http.MethodGet, path, nil, nil, &raw); err != nil {
+			return err
+		}
+		if err = check(raw); err != nil {
+			return err
+		}
+		var meta struct {
+			Metadata ObjectMeta `json:"metadata"`
+		}
+		if err = json.Unmarshal(raw, &meta); err != nil {
+			return fmt.Errorf("decoding the pod: %w", err)
+		}
+		patch := []map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": meta.Metadata.ResourceVersion},
+			{"op": "remove", "path": "/spec/schedulingGates"},
+		}
+		err = c.doAs(ctx, http.MethodPatch, path, "application/json-patch+json", patch, nil)
+		var api *APIError
+		if !errors.As(err, &api) || (api.Code != http.StatusUnprocessableEntity && api.Code != http.StatusConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("the pod kept changing: %w", err)
 }
 
 func (c *Client) getPod(ctx context.Context, name string) (*Pod, error) {
@@ -176,8 +241,10 @@ func (c *Client) getPod(ctx context.Context, name string) (*Pod, error) {
 	return out, c.do(ctx, http.MethodGet, c.nsPath("", "pods", name), nil, nil, out)
 }
 
-func (c *Client) createNetworkPolicy(ctx context.Context, np *NetworkPolicy) error {
-	return c.do(ctx, http.MethodPost, c.nsPath("networking.k8s.io/v1", "networkpolicies", ""), nil, np, nil)
+// createNetworkPolicy creates np and returns the object the API server stored, as it was sent back.
+func (c *Client) createNetworkPolicy(ctx context.Context, np *NetworkPolicy) ([]byte, error) {
+	var raw json.RawMessage
+	return raw, c.do(ctx, http.MethodPost, c.nsPath("networking.k8s.io/v1", "networkpolicies", ""), nil, np, &raw)
 }
 
 // DeleteRun deletes a run's pod, Secret and NetworkPolicy (cordon gc, and the end of every run); a

@@ -52,7 +52,7 @@ func TestClientAgainstAPIServer(t *testing.T) {
 			},
 		},
 	}
-	if _, err := c.createPod(ctx, pod); err != nil {
+	if _, _, err := c.createPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	err := c.watchPod(ctx, pod.Name, func(p *Pod) (bool, error) {

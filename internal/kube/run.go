@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,18 +89,33 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 			err = errors.Join(err, fmt.Errorf("kube: cleaning up (cordon gc retries): %w", derr))
 		}
 	}()
-	secret, err := c.createSecret(ctx, o.Secret)
+	secret, stored, err := c.createSecret(ctx, o.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the run's Secret in namespace %s: %w", c.Namespace, err)
 	}
+	if err := storedAsSent("data", o.Secret, stored); err != nil {
+		return nil, fmt.Errorf("kube: the cluster changed the run's Secret as it stored it (a mutating admission webhook?): %w", err)
+	}
 	if o.NetworkPolicy != nil {
-		if err := c.createNetworkPolicy(ctx, o.NetworkPolicy); err != nil {
+		stored, err := c.createNetworkPolicy(ctx, o.NetworkPolicy)
+		if err != nil {
 			return nil, fmt.Errorf("kube: creating the run's NetworkPolicy: %w", err)
 		}
+		if err := storedAsSent("spec", o.NetworkPolicy, stored); err != nil {
+			return nil, fmt.Errorf("kube: the cluster changed the run's NetworkPolicy as it stored it (a mutating admission webhook?): %w", err)
+		}
 	}
-	pod, err := c.createPod(ctx, o.Pod)
+	// Created held back from scheduling: nothing of it runs until the pod the API server stored,
+	// after the cluster's mutating admission webhooks, has been checked to be the pod rendered.
+	gated := *o.Pod
+	gated.Spec.SchedulingGates = append(slices.Clone(o.Pod.Spec.SchedulingGates), SchedulingGate{Name: GateAdmitted})
+	pod, stored, err := c.createPod(ctx, &gated)
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the run's pod: %w", err)
+	}
+	if err := admitted(&gated, stored); err != nil {
+		return nil, fmt.Errorf("kube: the cluster changed the run's pod as it stored it (a mutating admission webhook?): %w; "+
+			"nothing of it ran, and it is deleted", err)
 	}
 	// The Secret belongs to the pod: when the pod goes, the cluster's garbage collector takes the
 	// Secret too, even if cordon is gone by then.
@@ -108,6 +124,9 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	}}
 	if err := c.updateSecret(ctx, secret); err != nil {
 		return nil, fmt.Errorf("kube: giving the Secret to the pod: %w", err)
+	}
+	if err := c.ungate(ctx, pod.Name, func(stored []byte) error { return admitted(&gated, stored) }); err != nil {
+		return nil, fmt.Errorf("kube: letting the checked pod be scheduled: %w", err)
 	}
 
 	var notices sync.WaitGroup

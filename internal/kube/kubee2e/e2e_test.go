@@ -529,16 +529,22 @@ func TestKubeTimeoutKeepsChanges(t *testing.T) {
 // noLeftovers waits until the run's pod and Secret are gone.
 func (e *env) noLeftovers(t *testing.T, ns, id string) {
 	t.Helper()
+	e.nothingLeft(t, ns, "cordon.dev/run="+strings.ToLower(id))
+}
+
+// nothingLeft waits until no pod or Secret in ns matches the label selector.
+func (e *env) nothingLeft(t *testing.T, ns, selector string) {
+	t.Helper()
 	cs := e.cluster.Client(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		pods, err1 := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "cordon.dev/run=" + strings.ToLower(id)})
-		secrets, err2 := cs.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "cordon.dev/run=" + strings.ToLower(id)})
+		pods, err1 := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		secrets, err2 := cs.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err1 == nil && err2 == nil && len(pods.Items) == 0 && len(secrets.Items) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("run %s left objects in the cluster: pods %v secrets %v (%v %v)", id, len(pods.Items), len(secrets.Items), err1, err2)
+			t.Fatalf("objects %s left in the cluster: pods %v secrets %v (%v %v)", selector, len(pods.Items), len(secrets.Items), err1, err2)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -1,0 +1,155 @@
+package kube
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// GateAdmitted is the scheduling gate the run's pod is created with: the cluster schedules no
+// container of it, cordon's setup step included, until cordon has read back the pod the API server
+// stored and found it to be the pod cordon rendered (admitted), and removed the gate.
+const GateAdmitted = "cordon.dev/admitted"
+
+// What the API server's defaulting adds to a pod cordon renders (seen on a real API server:
+// kubee2e), and what a cluster's admission may add without touching the boundary: where the pod is
+// scheduled and with what priority, pull secrets, the RuntimeClass's overhead. Anything else a
+// mutating admission webhook adds (a container, a volume, a host alias, a shared process namespace,
+// a capability, an environment variable) or changes in what cordon set is refused by admitted.
+var (
+	podExtras = []string{
+		"dnsPolicy", "serviceAccountName", "serviceAccount", "schedulerName", "tolerations", "priority",
+		"priorityClassName", "preemptionPolicy", "nodeSelector", "affinity", "topologySpreadConstraints",
+		"imagePullSecrets", "overhead",
+	}
+	containerExtras = []string{"terminationMessagePath", "terminationMessagePolicy", "resources"}
+	// Annotations that older kubelets still read as security settings of the pod's containers.
+	securityAnnotations = []string{"container.apparmor.security.beta.kubernetes.io/", "seccomp.security.alpha.kubernetes.io/"}
+)
+
+// admitted compares the pod the API server stored (raw: its answer to the create, after every
+// mutating admission webhook) with the pod cordon sent, and says the first difference that could
+// change the run's boundary. Every field cordon set must come back as it was sent; the only fields
+// that may be added are podExtras, containerExtras and the containers' resources beyond those set
+// (requests). Metadata may gain labels and annotations, but not securityAnnotations.
+func admitted(sent *Pod, raw []byte) error {
+	want, err := asJSON(sent)
+	if err != nil {
+		return err
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		return fmt.Errorf("decoding the stored pod: %w", err)
+	}
+	if md, ok := got["metadata"].(map[string]any); ok {
+		ann, _ := md["annotations"].(map[string]any)
+		for k := range ann {
+			for _, p := range securityAnnotations {
+				if strings.HasPrefix(k, p) {
+					return fmt.Errorf("annotation %s was added", k)
+				}
+			}
+		}
+	}
+	return same("spec", "spec", want.(map[string]any)["spec"], got["spec"], podMayAdd)
+}
+
+// storedAsSent checks that a Secret's data (the gateway's configuration: the policy and the
+// credentials) or a NetworkPolicy's spec came back from the API server as cordon sent it: a webhook
+// that rewrote the policy the gateway enforces, or widened the pod's egress, refuses the run.
+func storedAsSent(field string, sent any, raw []byte) error {
+	want, err := asJSON(sent)
+	if err != nil {
+		return err
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		return fmt.Errorf("decoding the stored object: %w", err)
+	}
+	return same(field, field, want.(map[string]any)[field], got[field], func(string, string) bool { return false })
+}
+
+// asJSON is v as encoding/json decodes its encoding into an any.
+func asJSON(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	return out, json.Unmarshal(b, &out)
+}
+
+// same compares want (sent) with got (stored) at path; shape is the path with list indices left out,
+// from which mayAdd says which fields may be added there.
+func same(path, shape string, want, got any, mayAdd func(shape, key string) bool) error {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s was changed", path)
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				return fmt.Errorf("%s.%s was removed", path, k)
+			}
+			if err := same(path+"."+k, shape+"."+k, wv, gv, mayAdd); err != nil {
+				return err
+			}
+		}
+		for k := range g {
+			if _, ok := w[k]; !ok && !mayAdd(shape, k) {
+				return fmt.Errorf("%s.%s was added", path, k)
+			}
+		}
+		return nil
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return fmt.Errorf("%s was changed (%d entries sent, %s stored)", path, len(w), count(got))
+		}
+		for i := range w {
+			if err := same(fmt.Sprintf("%s[%s]", path, entryName(w[i], i)), shape+"[]", w[i], g[i], mayAdd); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		if !reflect.DeepEqual(want, got) {
+			return fmt.Errorf("%s was changed", path)
+		}
+		return nil
+	}
+}
+
+// podMayAdd reports whether a field key absent from the pod cordon sent may appear at shape.
+func podMayAdd(shape, key string) bool {
+	switch shape {
+	case "spec":
+		return slices.Contains(podExtras, key)
+	case "spec.containers[]", "spec.initContainers[]":
+		return slices.Contains(containerExtras, key)
+	}
+	// Requests or claims beside the limits cordon set: they place the pod, they do not widen it.
+	return strings.HasPrefix(shape, "spec.containers[].resources") || strings.HasPrefix(shape, "spec.initContainers[].resources")
+}
+
+// entryName names a list entry by its name field when it has one (a container, a volume), else by
+// its index.
+func entryName(v any, i int) string {
+	if m, ok := v.(map[string]any); ok {
+		if n, ok := m["name"].(string); ok && n != "" {
+			return n
+		}
+	}
+	return fmt.Sprint(i)
+}
+
+func count(v any) string {
+	if l, ok := v.([]any); ok {
+		return fmt.Sprint(len(l))
+	}
+	return "none"
+}
