@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/warn"
 )
 
 // Client talks to one cluster's API server, in one namespace, over its REST API: JSON over HTTPS
@@ -153,13 +155,19 @@ func (c *Client) send(r *http.Request, out any) error {
 	return nil
 }
 
+// apiError is the error of an answer with status code and body: the API's Status when the body is
+// one, else the body's start, printable (a proxy's HTML page, or anything a server sends, must not
+// fill or drive the user's terminal).
 func apiError(code int, body []byte) error {
 	var st status
 	if json.Unmarshal(body, &st) == nil && (st.Message != "" || st.Reason != "") {
-		return &APIError{Code: code, Reason: st.Reason, Message: st.Message}
+		return &APIError{Code: code, Reason: st.Reason, Message: warn.Printable(st.Message, maxErrorText)}
 	}
-	return &APIError{Code: code, Message: fmt.Sprintf("%d %s: %s", code, http.StatusText(code), strings.TrimSpace(string(body)))}
+	return &APIError{Code: code, Message: fmt.Sprintf("%d %s: %s", code, http.StatusText(code), warn.Printable(strings.TrimSpace(string(body)), maxErrorText))}
 }
+
+// maxErrorText bounds the text an API error carries from the server's answer.
+const maxErrorText = 2048
 
 func (c *Client) nsPath(group, resource, name string) string {
 	p := "/api/v1"
@@ -267,6 +275,7 @@ func (c *Client) DeleteRun(ctx context.Context, runID string) error {
 
 // watchPod calls fn with every state of the pod until fn says done or ctx ends.
 func (c *Client) watchPod(ctx context.Context, name string, fn func(*Pod) (bool, error)) error {
+	var backoff time.Duration
 	for {
 		p, err := c.getPod(ctx, name)
 		if err != nil {
@@ -290,6 +299,7 @@ func (c *Client) watchPod(ctx context.Context, name string, fn func(*Pod) (bool,
 			resp.Body.Close()
 			return apiError(resp.StatusCode, data)
 		}
+		started := time.Now()
 		dec := json.NewDecoder(resp.Body)
 		for {
 			var ev watchEvent
@@ -308,11 +318,26 @@ func (c *Client) watchPod(ctx context.Context, name string, fn func(*Pod) (bool,
 			}
 		}
 		resp.Body.Close()
-		if err := ctx.Err(); err != nil {
-			return err
+		// A watch that ends at once (a proxy that cuts streams, an API server that refuses the
+		// version) is not made again at once: the pod is read and watched again at most every few
+		// seconds until a watch lasts.
+		if time.Since(started) < watchBackoffMax {
+			backoff = min(max(2*backoff, 100*time.Millisecond), watchBackoffMax)
+		} else {
+			backoff = 0
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }
+
+// watchBackoffMax bounds the wait between watches of a pod that keep ending at once.
+const watchBackoffMax = 5 * time.Second
 
 // logs streams a container's log (follow) to w until it ends or ctx does.
 func (c *Client) logs(ctx context.Context, pod, container string, follow bool, w io.Writer) error {
