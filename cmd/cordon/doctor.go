@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/kube"
+	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
@@ -114,10 +117,36 @@ func (a *app) doctorKube(line func(state, what, detail string), k kubeFlags) {
 		}
 		line("ok", "runtime classes", strings.Join(rcs, ", ")+gv)
 	}
+	doctorAdmission(ctx, line, c, k)
 	if ok, err := c.HasAPI(ctx, "extensions.agents.x-k8s.io/v1alpha1"); err == nil && ok {
 		line("ok", "agent-sandbox", "SandboxTemplate is served: cordon kube render --sandbox-template makes one")
 	} else {
 		line("info", "agent-sandbox", "not installed (optional: warm pools and claims of cordon's pods)")
+	}
+}
+
+// doctorAdmission says whether the cluster stores a run's pod as cordon renders it, from a dry run
+// of a pod like a run's (placeholder images and repository): a run is
+// refused where a mutating admission webhook changes it, and this says so before one is tried.
+func doctorAdmission(ctx context.Context, line func(state, what, detail string), c *kube.Client, k kubeFlags) {
+	const what = "admission"
+	o, err := kube.Render(&kube.Input{
+		RunID: "00000000-000000-doctor00", Namespace: c.Namespace,
+		Image: cmp.Or(k.image, "agent"), CordonImage: cmp.Or(k.cordonImage, "cordon"), RuntimeClass: k.runtimeClass,
+		Repo: cmp.Or(k.repo, "https://example.invalid/doctor.git"), Ref: cmp.Or(k.ref, "main"), Args: []string{"true"},
+		Config: &kubepod.GatewayConfig{Version: kubepod.Version},
+	})
+	if err == nil {
+		err = c.CheckAdmission(ctx, o)
+	}
+	var api *kube.APIError
+	switch {
+	case errors.As(err, &api):
+		line("warn", what, "could not dry-run a run's pod in namespace "+c.Namespace+": "+err.Error())
+	case err != nil:
+		line("FAIL", what, err.Error()+": runs in namespace "+c.Namespace+" are refused")
+	default:
+		line("ok", what, "namespace "+c.Namespace+" stores a run's pod as cordon renders it (a dry run)")
 	}
 }
 

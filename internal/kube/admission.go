@@ -1,8 +1,12 @@
 package kube
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,6 +32,13 @@ var (
 	// Annotations that older kubelets still read as security settings of the pod's containers.
 	securityAnnotations = []string{"container.apparmor.security.beta.kubernetes.io/", "seccomp.security.alpha.kubernetes.io/"}
 )
+
+// withGate is a copy of p with GateAdmitted added to its scheduling gates.
+func withGate(p *Pod) *Pod {
+	g := *p
+	g.Spec.SchedulingGates = append(slices.Clone(p.Spec.SchedulingGates), SchedulingGate{Name: GateAdmitted})
+	return &g
+}
 
 // admitted compares the pod the API server stored (raw: its answer to the create, after every
 // mutating admission webhook) with the pod cordon sent, and says the first difference that could
@@ -90,7 +101,8 @@ func same(path, shape string, want, got any, mayAdd func(shape, key string) bool
 		if !ok {
 			return fmt.Errorf("%s was changed", path)
 		}
-		for k, wv := range w {
+		for _, k := range slices.Sorted(maps.Keys(w)) { // sorted: the same difference is named each time
+			wv := w[k]
 			gv, ok := g[k]
 			if !ok {
 				return fmt.Errorf("%s.%s was removed", path, k)
@@ -99,7 +111,7 @@ func same(path, shape string, want, got any, mayAdd func(shape, key string) bool
 				return err
 			}
 		}
-		for k := range g {
+		for _, k := range slices.Sorted(maps.Keys(g)) {
 			if _, ok := w[k]; !ok && !mayAdd(shape, k) {
 				return fmt.Errorf("%s.%s was added", path, k)
 			}
@@ -152,4 +164,27 @@ func count(v any) string {
 		return fmt.Sprint(len(l))
 	}
 	return "none"
+}
+
+// CheckAdmission has the API server store o's Secret and pod in a dry run (its admission, mutating
+// webhooks included, runs; nothing is kept) and checks what it would store as Run checks what it
+// does store: what cordon doctor says of a cluster before a run is refused there. A webhook with side
+// effects refuses dry runs; that error comes back as it is.
+func (c *Client) CheckAdmission(ctx context.Context, o *Objects) error {
+	dry := url.Values{"dryRun": {"All"}}
+	var stored json.RawMessage
+	if err := c.do(ctx, http.MethodPost, c.nsPath("", "secrets", ""), dry, o.Secret, &stored); err != nil {
+		return fmt.Errorf("a dry run of the run's Secret: %w", err)
+	}
+	if err := storedAsSent("data", o.Secret, stored); err != nil {
+		return fmt.Errorf("the cluster would change the run's Secret: %w", err)
+	}
+	gated := withGate(o.Pod)
+	if err := c.do(ctx, http.MethodPost, c.nsPath("", "pods", ""), dry, gated, &stored); err != nil {
+		return fmt.Errorf("a dry run of the run's pod: %w", err)
+	}
+	if err := admitted(gated, stored); err != nil {
+		return fmt.Errorf("the cluster would change the run's pod (a mutating admission webhook?): %w", err)
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,13 +106,12 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	}
 	// Created held back from scheduling: nothing of it runs until the pod the API server stored,
 	// after the cluster's mutating admission webhooks, has been checked to be the pod rendered.
-	gated := *o.Pod
-	gated.Spec.SchedulingGates = append(slices.Clone(o.Pod.Spec.SchedulingGates), SchedulingGate{Name: GateAdmitted})
-	pod, stored, err := c.createPod(ctx, &gated)
+	gated := withGate(o.Pod)
+	pod, stored, err := c.createPod(ctx, gated)
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the run's pod: %w", err)
 	}
-	if err := admitted(&gated, stored); err != nil {
+	if err := admitted(gated, stored); err != nil {
 		return nil, fmt.Errorf("kube: the cluster changed the run's pod as it stored it (a mutating admission webhook?): %w; "+
 			"nothing of it ran, and it is deleted", err)
 	}
@@ -125,7 +123,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	if err := c.updateSecret(ctx, secret); err != nil {
 		return nil, fmt.Errorf("kube: giving the Secret to the pod: %w", err)
 	}
-	if err := c.ungate(ctx, pod.Name, func(stored []byte) error { return admitted(&gated, stored) }); err != nil {
+	if err := c.ungate(ctx, pod.Name, func(stored []byte) error { return admitted(gated, stored) }); err != nil {
 		return nil, fmt.Errorf("kube: letting the checked pod be scheduled: %w", err)
 	}
 

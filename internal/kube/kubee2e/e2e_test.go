@@ -786,8 +786,9 @@ spec:
 	}
 }
 
-// TestKubeDoctor: cordon doctor --backend kubernetes names the API server and its version, and the
-// cluster's RuntimeClasses with gVisor's marked; a kubeconfig that names no reachable cluster is a
+// TestKubeDoctor: cordon doctor --backend kubernetes names the API server and its version, the
+// cluster's RuntimeClasses with gVisor's marked, and that a dry run of a run's pod is stored as
+// rendered; a kubeconfig that names no reachable cluster is a
 // FAIL line and exit status 1.
 func TestKubeDoctor(t *testing.T) {
 	e := setup(t)
@@ -795,7 +796,7 @@ func TestKubeDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cordon doctor: %v\n%s", err, out)
 	}
-	for _, want := range []string{"ok    api server", "Kubernetes v1.", "runtime classes"} {
+	for _, want := range []string{"ok    api server", "Kubernetes v1.", "runtime classes", "ok    admission"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("doctor does not say %q:\n%s", want, out)
 		}

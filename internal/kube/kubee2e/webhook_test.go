@@ -23,7 +23,7 @@ import (
 // TestKubeMutatedPodIsRefused: a mutating admission webhook of the cluster's (a real one: the API
 // server calls it over TLS) adds to every pod of the test's namespace an init container, first in
 // order, that would write a marker on the host through a hostPath volume, as a sidecar injector or a
-// hostile webhook might. cordon must refuse the pod it gets back, say why, and delete it before any
+// hostile webhook might. cordon doctor must fail its admission line (a dry run). cordon must refuse the pod it gets back, say why, and delete it before any
 // of it runs: the pod is created with a scheduling gate, which cordon removes only after checking the
 // stored pod. The marker must not exist afterwards, and nothing of the run may be left. Without the
 // check the injected container runs as the pod's first step and writes the marker.
@@ -92,6 +92,14 @@ webhooks:
 	}
 	kubectl(config, "apply", "-f", "-")
 	t.Cleanup(func() { kubectl("", "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found") })
+
+	// cordon doctor says so before any run: a dry run of a run's pod comes back changed.
+	doctor := e.cordonCmd(t.TempDir(), "doctor", "--backend", "kubernetes", "--namespace", ns)
+	dout, derr := doctor.CombinedOutput()
+	if ee, ok := derr.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		!strings.Contains(string(dout), "FAIL  admission") || !strings.Contains(string(dout), "spec.initContainers was changed") {
+		t.Errorf("cordon doctor does not fail the admission: %v\n%s", derr, dout)
+	}
 
 	local := e.localClone(t)
 	code, out, stderr := e.run(t, local, e.policy(t, ""), ns, nil, "sh", "-c", "echo agent-ran")
