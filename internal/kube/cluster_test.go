@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -91,5 +92,30 @@ func TestClientAgainstAPIServer(t *testing.T) {
 	acancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("attach: %v", err)
+	}
+}
+
+// TestRecoverGatedPod: a pod that a killed cordon left behind its scheduling gate (created, never
+// checked and let run) is recovered as one that never ran, at once, not waited for as if its agent
+// were running.
+func TestRecoverGatedPod(t *testing.T) {
+	c, cl := clusterClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runID := "20261201-000000-gated000"
+	pod := &Pod{
+		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: ObjectMeta{Name: PodName(runID), Labels: map[string]string{LabelManagedBy: managedBy, LabelRun: runID}},
+		Spec: PodSpec{RestartPolicy: "Never", Containers: []Container{
+			{Name: ContainerAgent, Image: kubetest.AgentImage(t, cl), ImagePullPolicy: "Never", Command: []string{"true"}}}},
+	}
+	if _, _, err := c.createPod(ctx, withGate(pod)); err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteRun(context.Background(), runID)
+	start := time.Now()
+	_, err := c.Recover(ctx, runID, 20*time.Second, io.Discard, io.Discard)
+	if !errors.Is(err, ErrNeverRan) || time.Since(start) > 5*time.Second {
+		t.Errorf("Recover of a gated pod: %v after %s, want ErrNeverRan at once", err, time.Since(start))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -283,16 +284,21 @@ var ErrNeverRan = errors.New("kube: the run's agent never ran")
 // changes and the audit log as Run does. It does not delete anything (DeleteRun does).
 func (c *Client) Recover(ctx context.Context, runID string, wait time.Duration, patch, audit io.Writer) (*Result, error) {
 	name := PodName(runID)
-	if _, err := c.getPod(ctx, name); err != nil {
+	p, err := c.getPod(ctx, name)
+	if err != nil {
 		if IsNotFound(err) {
 			return nil, ErrNoPod
 		}
 		return nil, fmt.Errorf("kube: reading the run's pod: %w", err)
 	}
+	if slices.ContainsFunc(p.Spec.SchedulingGates, func(g SchedulingGate) bool { return g.Name == GateAdmitted }) {
+		// cordon stopped before it checked the pod and let it be scheduled: nothing of it ran.
+		return nil, fmt.Errorf("%w in pod %s (it was never let be scheduled)", ErrNeverRan, name)
+	}
 	res := &Result{}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	err := c.watchPod(wctx, name, func(p *Pod) (bool, error) {
+	err = c.watchPod(wctx, name, func(p *Pod) (bool, error) {
 		for _, s := range p.Status.InitContainerStatuses {
 			if s.Name == ContainerClone && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
 				res.Base = strings.TrimSpace(s.State.Terminated.Message)
@@ -320,8 +326,7 @@ func (c *Client) Recover(ctx context.Context, runID string, wait time.Duration, 
 	case err != nil:
 		return nil, err
 	}
-	p, err := c.getPod(ctx, name)
-	if err != nil {
+	if p, err = c.getPod(ctx, name); err != nil {
 		return nil, fmt.Errorf("kube: reading the run's pod: %w", err)
 	}
 	if !agentEnded(p) {
