@@ -41,6 +41,11 @@ const (
 	// maxPatchBytes bounds what PreparePatch accepts and what one binary fragment may expand to: the
 	// patch is parsed in memory, and it comes from where the agent ran.
 	maxPatchBytes = 1 << 30
+	// maxBinaryBytes bounds what all of a patch's binary files expand to together, as their fragments
+	// state it (each fragment's own data is held to what it states when it is applied): deflate makes
+	// a megabyte of patch into a gigabyte of file, and what is materialised lands on this machine's
+	// disk.
+	maxBinaryBytes = 4 << 30
 )
 
 // Git's file modes, the only ones a patch may name: a submodule (160000) cannot be carried as a file.
@@ -168,6 +173,19 @@ func parsePatch(r io.Reader, oidLen int) ([]patchEntry, error) {
 		}
 		seen[e.path] = append(prev, e.kind)
 		out = append(out, e)
+	}
+	var binary int64
+	for _, e := range out {
+		if e.file.BinaryFragment == nil || e.kind == Deleted {
+			continue
+		}
+		_, n := binarySizes(e.file)
+		if n < 0 {
+			return nil, fmt.Errorf("%s: the binary file %q does not state its size", patchFile, e.path)
+		}
+		if binary += n; binary > maxBinaryBytes {
+			return nil, fmt.Errorf("%s: its binary files expand to more than %d bytes", patchFile, int64(maxBinaryBytes))
+		}
 	}
 	// On each side a path is a file or a directory, not both.
 	oldSide, newSide := map[string]bool{}, map[string]bool{}

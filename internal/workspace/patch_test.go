@@ -2,12 +2,16 @@ package workspace
 
 import (
 	"bytes"
+	"compress/zlib"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
@@ -437,6 +441,25 @@ func handPatch(header, name string) string {
 	return header + "new file mode 100644\nindex 0000000000000000000000000000000000000000..45b983be36b73c0788dc9cbcb76cbb80fc7bb057\n--- /dev/null\n+++ b/" + name + "\n@@ -0,0 +1 @@\n+hi\n"
 }
 
+// binaryLiterals is a patch adding n binary files, each a literal that states size bytes while it
+// holds a few: what only its stated sizes can bound before anything is inflated.
+func binaryLiterals(t *testing.T, n int, size int64) string {
+	t.Helper()
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 64))
+	zw.Close()
+	var out strings.Builder
+	for i := range n {
+		name := fmt.Sprintf("bomb%d.bin", i)
+		f := &gitdiff.File{OldName: "", NewName: name, IsNew: true, IsBinary: true, NewMode: 0o100644,
+			OldOIDPrefix: zero, NewOIDPrefix: fmt.Sprintf("%040x", i+1),
+			BinaryFragment: &gitdiff.BinaryFragment{Method: gitdiff.BinaryPatchLiteral, Size: size, RawData: z.Bytes()}}
+		out.WriteString(f.String())
+	}
+	return out.String()
+}
+
 func addFile(name string) string { return handPatch("diff --git a/"+name+" b/"+name+"\n", name) }
 
 const zero = "0000000000000000000000000000000000000000"
@@ -463,6 +486,7 @@ func TestPatchRefusesBadPatches(t *testing.T) {
 		{"binary without data", "diff --git a/x b/x\nnew file mode 100644\nindex " + zero + "..45b983be36b73c0788dc9cbcb76cbb80fc7bb057\nBinary files /dev/null and b/x differ\n", "--binary"},
 		{"preamble", "From evil\n\n" + addFile("x"), "text before the first file"},
 		{"type change as a modification", "diff --git a/x b/x\nold mode 100644\nnew mode 120000\nindex 45b983be36b73c0788dc9cbcb76cbb80fc7bb057..45b983be36b73c0788dc9cbcb76cbb80fc7bb058\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-hi\n+hj\n", "a change of type"},
+		{"binary bomb", binaryLiterals(t, 5, 1<<30), "its binary files expand to more than 4294967296 bytes"},
 		{"bad fragment", "diff --git a/x b/x\nnew file mode 100644\nindex " + zero + "..45b983be36b73c0788dc9cbcb76cbb80fc7bb057\n--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+hi\n", "changes.patch"},
 	}
 	for _, tc := range cases {
