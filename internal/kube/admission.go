@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -54,17 +55,57 @@ func admitted(sent *Pod, raw []byte) error {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		return fmt.Errorf("decoding the stored pod: %w", err)
 	}
-	if md, ok := got["metadata"].(map[string]any); ok {
-		ann, _ := md["annotations"].(map[string]any)
-		for k := range ann {
-			for _, p := range securityAnnotations {
-				if strings.HasPrefix(k, p) {
-					return fmt.Errorf("annotation %s was added", k)
-				}
+	md, _ := got["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	for _, k := range slices.Sorted(maps.Keys(ann)) {
+		for _, p := range securityAnnotations {
+			if strings.HasPrefix(k, p) {
+				return fmt.Errorf("annotation %s was added", k)
 			}
 		}
 	}
-	return same("spec", "spec", want.(map[string]any)["spec"], got["spec"], podMayAdd)
+	// The labels cordon set select the pod for its NetworkPolicy and for cordon gc: each must stay.
+	labels, _ := md["labels"].(map[string]any)
+	for _, k := range slices.Sorted(maps.Keys(sent.Labels)) {
+		if v, ok := labels[k].(string); !ok || v != sent.Labels[k] {
+			return fmt.Errorf("label %s was changed", k)
+		}
+	}
+	wantSpec, gotSpec := want.(map[string]any)["spec"].(map[string]any), got["spec"].(map[string]any)
+	if gotSpec == nil {
+		return errors.New("the stored pod has no spec")
+	}
+	// Other scheduling gates (a queue's, Kueue's) may be added: they hold the pod longer, and ungate
+	// removes cordon's alone. cordon's must be there.
+	gates, err := otherGates(wantSpec["schedulingGates"], gotSpec["schedulingGates"])
+	if err != nil {
+		return err
+	}
+	gotSpec = maps.Clone(gotSpec)
+	if gates == nil {
+		delete(gotSpec, "schedulingGates")
+	} else {
+		gotSpec["schedulingGates"] = gates
+	}
+	return same("spec", "spec", wantSpec, gotSpec, podMayAdd)
+}
+
+// otherGates is got (the stored pod's scheduling gates) less those that no one but cordon sent, in
+// want's order, or an error when one of want's is missing: got with the gates a webhook added taken
+// out, for the comparison with what was sent.
+func otherGates(want, got any) ([]any, error) {
+	w, _ := want.([]any)
+	g, _ := got.([]any)
+	var kept []any
+	for _, wg := range w {
+		name, _ := wg.(map[string]any)["name"].(string)
+		i := slices.IndexFunc(g, func(x any) bool { m, _ := x.(map[string]any); return m["name"] == name })
+		if i < 0 {
+			return nil, fmt.Errorf("spec.schedulingGates[%s] was removed", name)
+		}
+		kept = append(kept, g[i])
+	}
+	return kept, nil
 }
 
 // storedAsSent checks that a Secret's data (the gateway's configuration: the policy and the

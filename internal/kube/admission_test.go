@@ -118,7 +118,13 @@ func TestAdmittedRefusesWhatAWebhookAdds(t *testing.T) {
 			a["env"] = append(a["env"].([]any), map[string]any{"name": "HTTPS_PROXY", "value": "http://10.0.0.9:3128"})
 		}, "spec.containers[agent].env was changed"},
 		{"another image", func(m map[string]any) { container(m, ContainerGateway)["image"] = "evil:1" }, "spec.initContainers[gateway].image was changed"},
-		{"the gate taken away", func(m map[string]any) { delete(spec(m), "schedulingGates") }, "spec.schedulingGates was removed"},
+		{"the gate taken away", func(m map[string]any) { delete(spec(m), "schedulingGates") }, "spec.schedulingGates[" + GateAdmitted + "] was removed"},
+		{"a queue's gate added", func(m map[string]any) {
+			spec(m)["schedulingGates"] = append([]any{map[string]any{"name": "kueue.x-k8s.io/admission"}}, spec(m)["schedulingGates"].([]any)...)
+		}, ""},
+		{"the run's label changed", func(m map[string]any) {
+			m["metadata"].(map[string]any)["labels"].(map[string]any)[LabelRun] = "another"
+		}, "label " + LabelRun + " was changed"},
 		{"an AppArmor annotation", func(m map[string]any) {
 			m["metadata"].(map[string]any)["annotations"] = map[string]any{"container.apparmor.security.beta.kubernetes.io/agent": "unconfined"}
 		}, "annotation container.apparmor.security.beta.kubernetes.io/agent was added"},

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -210,9 +211,9 @@ func (c *Client) createPod(ctx context.Context, p *Pod) (*Pod, []byte, error) {
 	return create[Pod](ctx, c, c.nsPath("", "pods", ""), p)
 }
 
-// ungate removes the pod's scheduling gates once check passes on the pod as stored, on condition
-// that it is still the version checked (a JSON patch's test of the resource version): a pod changed
-// since is read and checked again (the scheduler records, in the pod's status, that it is gated),
+// ungate removes the pod's GateAdmitted scheduling gate once check passes on the pod as stored, on
+// condition that it is still the version checked (a JSON patch's test of the resource version): a pod
+// changed since is read and checked again (the scheduler records, in the pod's status, that it is gated),
 // and one that no longer passes is not let run.
 func (c *Client) ungate(ctx context.Context, name string, check func(stored []byte) error) error {
 	path := c.nsPath("", "pods", name)
@@ -225,15 +226,20 @@ func (c *Client) ungate(ctx context.Context, name string, check func(stored []by
 		if err = check(raw); err != nil {
 			return err
 		}
-		var meta struct {
-			Metadata ObjectMeta `json:"metadata"`
-		}
-		if err = json.Unmarshal(raw, &meta); err != nil {
+		var p Pod
+		if err = json.Unmarshal(raw, &p); err != nil {
 			return fmt.Errorf("decoding the pod: %w", err)
 		}
+		i := slices.IndexFunc(p.Spec.SchedulingGates, func(g SchedulingGate) bool { return g.Name == GateAdmitted })
+		if i < 0 {
+			return fmt.Errorf("the pod has no %s gate", GateAdmitted)
+		}
+		// cordon's gate alone: another's (a queue's) stays and holds the pod until that one lets go.
+		at := fmt.Sprintf("/spec/schedulingGates/%d", i)
 		patch := []map[string]any{
-			{"op": "test", "path": "/metadata/resourceVersion", "value": meta.Metadata.ResourceVersion},
-			{"op": "remove", "path": "/spec/schedulingGates"},
+			{"op": "test", "path": "/metadata/resourceVersion", "value": p.ResourceVersion},
+			{"op": "test", "path": at + "/name", "value": GateAdmitted},
+			{"op": "remove", "path": at},
 		}
 		err = c.doAs(ctx, http.MethodPatch, path, "application/json-patch+json", patch, nil)
 		var api *APIError

@@ -119,3 +119,37 @@ func TestRecoverGatedPod(t *testing.T) {
 		t.Errorf("Recover of a gated pod: %v after %s, want ErrNeverRan at once", err, time.Since(start))
 	}
 }
+
+// TestUngateKeepsOthersGates: against the real API server, ungate removes cordon's scheduling gate
+// and leaves another's (a queue's) in place, so the pod stays held by it.
+func TestUngateKeepsOthersGates(t *testing.T) {
+	c, cl := clusterClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runID := "20261201-000000-ungate00"
+	pod := &Pod{
+		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: ObjectMeta{Name: PodName(runID), Labels: map[string]string{LabelManagedBy: managedBy, LabelRun: runID}},
+		// As Render sets them: the API server's defaults for what is left unset (a service-account
+		// token's volume above all) are additions the check refuses.
+		Spec: PodSpec{RestartPolicy: "Never", AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(10)), SecurityContext: &PodSecurityContext{FSGroup: ptr(int64(1000))},
+			SchedulingGates: []SchedulingGate{{Name: "example.com/queue"}},
+			Containers:      []Container{{Name: ContainerAgent, Image: kubetest.AgentImage(t, cl), ImagePullPolicy: "Never", Command: []string{"true"}}}},
+	}
+	gated := withGate(pod)
+	if _, _, err := c.createPod(ctx, gated); err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteRun(context.Background(), runID)
+	if err := c.ungate(ctx, pod.Name, func(stored []byte) error { return admitted(gated, stored) }); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.getPod(ctx, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != "example.com/queue" {
+		t.Errorf("gates after ungate: %v, want the queue's alone", p.Spec.SchedulingGates)
+	}
+}
