@@ -71,8 +71,9 @@ func admitted(sent *Pod, raw []byte) error {
 			return fmt.Errorf("label %s was changed", k)
 		}
 	}
-	wantSpec, gotSpec := want.(map[string]any)["spec"].(map[string]any), got["spec"].(map[string]any)
-	if gotSpec == nil {
+	wantSpec, _ := want.(map[string]any)["spec"].(map[string]any)
+	gotSpec, ok := got["spec"].(map[string]any)
+	if !ok {
 		return errors.New("the stored pod has no spec")
 	}
 	// Other scheduling gates (a queue's, Kueue's) may be added: they hold the pod longer, and ungate
@@ -90,9 +91,9 @@ func admitted(sent *Pod, raw []byte) error {
 	return same("spec", "spec", wantSpec, gotSpec, podMayAdd)
 }
 
-// otherGates is got (the stored pod's scheduling gates) less those that no one but cordon sent, in
-// want's order, or an error when one of want's is missing: got with the gates a webhook added taken
-// out, for the comparison with what was sent.
+// otherGates is the entries of got (the stored pod's scheduling gates) that want (the sent pod's)
+// has, in want's order: got less the gates others added, for the comparison with what was sent. One
+// of want's missing from got is an error.
 func otherGates(want, got any) ([]any, error) {
 	w, _ := want.([]any)
 	g, _ := got.([]any)

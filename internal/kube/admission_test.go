@@ -202,3 +202,24 @@ func TestStoredAsSent(t *testing.T) {
 		})
 	}
 }
+
+// FuzzAdmitted: whatever the API server (or something posing as it) answers, the check returns an
+// error or nil and never panics (the answer is decoded into untyped JSON and walked by hand). Seeds:
+// the pod as sent, and the shapes in testdata/fuzz/FuzzAdmitted.
+func FuzzAdmitted(f *testing.F) {
+	o, err := Render(testInput())
+	if err != nil {
+		f.Fatal(err)
+	}
+	sent := withGate(o.Pod)
+	raw, err := json.Marshal(sent)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw)
+	f.Add([]byte(`{"spec":null}`))
+	f.Add([]byte(`{"metadata":{"labels":null},"spec":{"containers":[{}]}}`))
+	f.Fuzz(func(t *testing.T, stored []byte) {
+		_ = admitted(sent, stored)
+	})
+}
