@@ -100,7 +100,8 @@ if not out:
 print("\n".join(out))
 `
 
-// pipView asks pip (in the workspace, so a virtualenv's pip.conf counts) for its index settings and
+// pipView asks pip (the python3 first on PATH outside the project, run in the workspace with the
+// workspace taken off its import path) for its index settings and
 // passes them into the sandbox as PIP_INDEX_URL and PIP_EXTRA_INDEX_URL, a password in a URL replaced
 // by a token's reference; pyenv's and uv's pythons under the home are shown read-only.
 func (s Source) pipView(v *View) ([]policy.Endpoint, error) {

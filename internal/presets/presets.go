@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
 
@@ -26,7 +27,9 @@ import (
 // output (nil uses os/exec).
 //
 // Workspace is the project directory: tools are asked there, so that the project's own configuration
-// (an .npmrc, a go.work, a virtualenv's pip.conf) counts as it does when the tool runs inside.
+// (an .npmrc, a go.work) counts as it does when the tool runs inside. A tool is never run from a
+// PATH directory inside the project (hosttool.Find): the project is what the agent writes, and
+// these tools run on the host.
 type Source struct {
 	Env       []string
 	Workspace string
@@ -71,7 +74,11 @@ func (s Source) runIn(dir, name string, args ...string) ([]byte, error) {
 	if s.Run != nil {
 		return s.Run(ctx, s.Env, dir, name, args...)
 	}
-	cmd := exec.CommandContext(ctx, name, args...)
+	path, err := hosttool.Find(name, s.Env, s.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = s.Env
 	if name == "npm" {
 		// Asking npm leaves nothing behind: no log file in the caller's ~/.npm, no update check.

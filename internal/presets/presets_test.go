@@ -137,3 +137,42 @@ func endpointsEqual(a, b []policy.Endpoint) bool {
 	slices.Sort(kb)
 	return slices.Equal(ka, kb)
 }
+
+// TestPresetToolsNeverRunFromTheProject: an npm planted in the project's node_modules/.bin, first
+// on the caller's PATH (as a developer's shell often has it), would run on the host, outside every
+// boundary, when cordon asks npm for its registries. It is passed over for the npm next on PATH,
+// outside the project: the planted one leaves no mark and its registry is not allowed.
+func TestPresetToolsNeverRunFromTheProject(t *testing.T) {
+	root := t.TempDir()
+	project, outside := filepath.Join(root, "project"), filepath.Join(root, "bin")
+	planted := filepath.Join(project, "node_modules", ".bin")
+	marker := filepath.Join(root, "planted-ran")
+	for dir, script := range map[string]string{
+		planted: "#!/bin/sh\ntouch " + marker + "\necho '{\"registry\": \"https://evil.test/\"}'\n",
+		outside: "#!/bin/sh\necho '{\"registry\": \"https://npm.mirror.test/\"}'\n",
+	} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "npm"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := planted + ":" + outside + ":/usr/bin:/bin"
+	t.Setenv("PATH", path) // cordon's own PATH is the caller's too
+	src := Source{Workspace: project, Env: []string{"PATH=" + path, "HOME=" + root}}
+	eps, err := src.Preset("npm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, e := range eps {
+		hosts = append(hosts, e.Host)
+	}
+	if !slices.Contains(hosts, "npm.mirror.test") || slices.Contains(hosts, "evil.test") {
+		t.Errorf("npm preset allows %v, want the outside npm's registry alone", hosts)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the npm planted in the project ran on the host")
+	}
+}

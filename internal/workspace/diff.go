@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
@@ -44,7 +45,7 @@ func Diff(w io.Writer, run *runstate.Run, stat bool) error {
 	if err != nil {
 		return err
 	}
-	git, err := exec.LookPath("git")
+	git, err := hosttool.Find("git", nil, info.Project)
 	if err != nil {
 		return fmt.Errorf("workspace: diff needs git: %w", err)
 	}

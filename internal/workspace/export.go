@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
@@ -130,7 +131,7 @@ type gitRepo struct {
 }
 
 func newGit(project, runDir string) (*gitRepo, error) {
-	bin, err := exec.LookPath("git")
+	bin, err := hosttool.Find("git", nil, project)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: export needs git: %w", err)
 	}

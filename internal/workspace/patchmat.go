@@ -20,6 +20,7 @@ import (
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
@@ -460,7 +461,7 @@ func (m *materialiser) apply(w io.Writer, e patchEntry) error {
 
 // projectHead is the commit the project's checkout is at, when git can say.
 func projectHead(project string) (string, bool) {
-	git, err := exec.LookPath("git")
+	git, err := hosttool.Find("git", nil, project)
 	if err != nil {
 		return "", false
 	}
