@@ -72,3 +72,12 @@ func inside(dir string, trees []string) bool {
 	}
 	return false
 }
+
+// SystemPath is the system's own program directories, for a program that has no business anywhere
+// else (getent): what System searches.
+const SystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// System finds name in SystemPath alone, whatever the caller's PATH says.
+func System(name string) (string, error) {
+	return Find(name, []string{"PATH=" + SystemPath})
+}

@@ -67,3 +67,16 @@ func TestFindSkipsTheProject(t *testing.T) {
 		t.Errorf("Find with the project named through a link = %q, %v", got, err)
 	}
 }
+
+// TestSystemIgnoresPATH: System finds a program in the system's directories whatever PATH says.
+func TestSystemIgnoresPATH(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sh"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	got, err := System("sh")
+	if err != nil || strings.HasPrefix(got, dir) {
+		t.Errorf("System(sh) = %q, %v; want the system's", got, err)
+	}
+}

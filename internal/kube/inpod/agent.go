@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cordon-sandbox/cordon/internal/atomicfile"
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
 
@@ -154,7 +155,7 @@ func Agent(ctx context.Context, o AgentOptions) (int, error) {
 
 // systemPath is where the patch's git is looked for: the image's directories, which the agent's
 // read-only root keeps as the image made them.
-const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const systemPath = hosttool.SystemPath
 
 // withPath is env with its PATH replaced by path.
 func withPath(env []string, path string) []string {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/warn"
 	"golang.org/x/sys/unix"
 
@@ -165,7 +166,13 @@ func nssOwner(nsswitch, db string, id int) (string, bool, error) {
 	if !remoteSources(data, db) {
 		return "", false, nil
 	}
-	out, err := exec.Command("getent", db, strconv.Itoa(id)).Output()
+	// From the system's directories: cordon runs it as root, and the caller's PATH may name the
+	// project's.
+	getent, err := hosttool.System("getent")
+	if err != nil {
+		return "", false, fmt.Errorf("nsswitch.conf names other sources for %s; asking getent: %w", db, err)
+	}
+	out, err := exec.Command(getent, db, strconv.Itoa(id)).Output()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 2 {
 		return "", false, nil // getent's "not found"
