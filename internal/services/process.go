@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 )
 
@@ -205,7 +206,11 @@ func killRecorded(dir string) {
 // copyTree copies a template directory, keeping owners and modes, sharing blocks where the file
 // system can (reflink).
 func copyTree(ctx context.Context, src, dst string) error {
-	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", src, dst).CombinedOutput()
+	cp, err := hosttool.System("cp") // cordon may be root here: the system's cp, never the caller's PATH's
+	if err != nil {
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	out, err := exec.CommandContext(ctx, cp, "-a", "--reflink=auto", src, dst).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("copying %s: %v: %s", src, err, bytes.TrimSpace(out))
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +38,7 @@ func setupDisk(run *runstate.Run, size int64) (note string, err error) {
 	if os.Geteuid() != 0 {
 		return "disk limit not enforced: it needs root (a loop-mounted image)", nil
 	}
-	mkfs, err := exec.LookPath("mkfs.ext4")
+	mkfs, err := hosttool.System("mkfs.ext4") // as root: the system's, never the caller's PATH's
 	if err != nil {
 		return "disk limit not enforced: mkfs.ext4 not found", nil
 	}
@@ -78,7 +79,11 @@ func setupDisk(run *runstate.Run, size int64) (note string, err error) {
 
 func mountDisk(run *runstate.Run) error {
 	mnt := filepath.Join(run.Dir, diskMount)
-	out, err := exec.Command("mount", "-o", "loop,nosuid,nodev", filepath.Join(run.Dir, diskImage), mnt).CombinedOutput()
+	mount, err := hosttool.System("mount")
+	if err != nil {
+		return fmt.Errorf("workspace: mount disk image: %w", err)
+	}
+	out, err := exec.Command(mount, "-o", "loop,nosuid,nodev", filepath.Join(run.Dir, diskImage), mnt).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("workspace: mount disk image: %v: %s", err, strings.TrimSpace(string(out)))
 	}
