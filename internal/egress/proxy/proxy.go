@@ -167,6 +167,7 @@ func (g *Gateway) serve(ctx context.Context, ln net.Listener, handle func(contex
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var backoff time.Duration
+	idle := make(chan net.Conn) // unbuffered: a connection is handed only to a waiting handler
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -186,13 +187,36 @@ func (g *Gateway) serve(ctx context.Context, ln net.Listener, handle func(contex
 			return fmt.Errorf("proxy: accept on %s: %w", ln.Addr(), err)
 		}
 		backoff = 0
+		// An idle handler goroutine takes the connection if there is one: it keeps the stack the
+		// last connection grew, where a new goroutine copies its stack up again on every connection.
+		select {
+		case idle <- c:
+			continue
+		default:
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			handle(ctx, c)
+			t := time.NewTimer(idleHandler)
+			defer t.Stop()
+			for {
+				select {
+				case c := <-idle:
+					handle(ctx, c)
+					t.Reset(idleHandler)
+				case <-t.C:
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
 		}()
 	}
 }
+
+// idleHandler is how long a handler goroutine waits for another connection before it ends.
+const idleHandler = time.Second
 
 // temporary reports accept errors that pass (out of file descriptors, a connection aborted before it
 // was accepted); the loop backs off instead of giving up the listener.

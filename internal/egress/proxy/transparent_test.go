@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -733,5 +734,55 @@ func TestTransparentClientResetIsNotARefusal(t *testing.T) {
 				t.Errorf("event %s %q (error %q), want %s %q", ev.Decision, ev.Reason, ev.Detail["error"], tc.decision, tc.reason)
 			}
 		})
+	}
+}
+
+// TestIdleHandlersEndWithTheGateway: a handler goroutine that waits for another connection after
+// serving one (it keeps its grown stack for the next) serves the next connection, and ends as soon
+// as the gateway stops, so Transparent returns at once rather than after the handler's idle time.
+func TestIdleHandlersEndWithTheGateway(t *testing.T) {
+	up := listen(t)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "0")
+	})}
+	go func() { _ = srv.Serve(up) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	mapped := netip.MustParseAddr("10.88.0.1")
+	g, err := New(Config{
+		Policy: benchPolicy{}, Names: benchNames{mapped}, Recorder: &countRecorder{},
+		LookupNetIP: func(context.Context, string) ([]netip.Addr, error) { return nil, nil },
+		OrigDst:     func(net.Conn) (netip.AddrPort, error) { return netip.AddrPortFrom(mapped, portOf(up.Addr())), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := served(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Transparent(ctx, ln) }()
+	for i := range 3 { // the second and third go to the first's handler, idle by then
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("HEAD / HTTP/1.1\r\nHost: bench.test\r\nConnection: close\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || !bytes.HasPrefix(b, []byte("HTTP/1.1 200")) {
+			t.Fatalf("connection %d: %q, %v", i, b, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the last handler is idle
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil || time.Since(start) > idleHandler/2 {
+			t.Errorf("Transparent returned %v after %s, want nil at once", err, time.Since(start))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Transparent did not return after its context ended")
 	}
 }
