@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -354,7 +355,7 @@ func tmpDir(env []string) string {
 
 // startError maps a failure to start the command to its exit code.
 func startError(err error) int {
-	if errors.Is(err, errNotFound) || errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 		return exitNotFound
 	}
 	return exitNotExec

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/hosttool"
 	"github.com/cordon-sandbox/cordon/internal/kube/kubepod"
 )
 
@@ -295,26 +296,14 @@ func pathOf(env []string) string {
 	return p
 }
 
-// errNotFound is lookPath's error for a program that is not on the PATH.
-var errNotFound = errors.New("not found on PATH")
-
-// lookPath finds name as a shell would with env's PATH (the process's own may differ from the
-// environment cordon was given). Relative directories on the PATH are skipped, as exec.LookPath
-// refuses them.
+// lookPath finds name as a shell would with env's PATH (defaultPath when env has none; the
+// process's own may differ from the environment cordon was given), relative directories skipped
+// (hosttool.Find). A name with a slash is taken as it is.
 func lookPath(env []string, name string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	for _, dir := range filepath.SplitList(pathOf(env)) {
-		if !filepath.IsAbs(dir) {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: %w", name, errNotFound)
+	return hosttool.Find(name, []string{"PATH=" + pathOf(env)})
 }
 
 // validRef refuses what git would read as an option or a refspec with a destination; the rest is
