@@ -202,8 +202,10 @@ func create[T any](ctx context.Context, c *Client, path string, obj any) (*T, []
 	return out, raw, nil
 }
 
-func (c *Client) updateSecret(ctx context.Context, s *Secret) error {
-	return c.do(ctx, http.MethodPut, c.nsPath("", "secrets", s.Name), nil, s, nil)
+// updateSecret replaces s and returns the Secret the API server stored, as it was sent back.
+func (c *Client) updateSecret(ctx context.Context, s *Secret) ([]byte, error) {
+	var raw json.RawMessage
+	return raw, c.do(ctx, http.MethodPut, c.nsPath("", "secrets", s.Name), nil, s, &raw)
 }
 
 // createPod creates p and returns the pod the API server stored, decoded and as it was sent back.

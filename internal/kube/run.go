@@ -121,8 +121,13 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (res *Result, err err
 	secret.OwnerReferences = []OwnerReference{{
 		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 	}}
-	if err := c.updateSecret(ctx, secret); err != nil {
+	stored, err = c.updateSecret(ctx, secret)
+	if err != nil {
 		return nil, fmt.Errorf("kube: giving the Secret to the pod: %w", err)
+	}
+	// A webhook on updates sees the Secret again.
+	if err := storedAsSent("data", o.Secret, stored); err != nil {
+		return nil, fmt.Errorf("kube: the cluster changed the run's Secret as it stored its owner (a mutating admission webhook?): %w", err)
 	}
 	if err := c.ungate(ctx, pod.Name, func(stored []byte) error { return admitted(gated, stored) }); err != nil {
 		return nil, fmt.Errorf("kube: letting the checked pod be scheduled: %w", err)

@@ -35,7 +35,6 @@ func TestKubeMutatedPodIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var called atomic.Int32
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "add", "path": "/spec/volumes/-", "value": map[string]any{"name": "injected-host", "hostPath": map[string]any{"path": marker}}},
 		{"op": "add", "path": "/spec/initContainers/0", "value": map[string]any{
@@ -47,51 +46,7 @@ func TestKubeMutatedPodIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/mutate", func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		called.Add(1)
-		pt := admissionv1.PatchTypeJSONPatch
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: patch, PatchType: &pt}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(&review)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "127.0.0.1")}}}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
-
-	name := "cordon-kubee2e-" + ns
-	config := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: %s}
-webhooks:
-  - name: inject.kubee2e.test
-    admissionReviewVersions: [v1]
-    sideEffects: None
-    failurePolicy: Fail
-    reinvocationPolicy: Never
-    clientConfig: {url: "https://%s/mutate", caBundle: %s}
-    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
-    rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
-`, name, ln.Addr(), base64.StdEncoding.EncodeToString(e.ca.PEM), ns)
-	kubectl := func(stdin string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(e.cluster.Kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-	}
-	kubectl(config, "apply", "-f", "-")
-	t.Cleanup(func() { kubectl("", "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found") })
+	called := e.mutatingWebhook(t, ns, "pods", "CREATE", func([]byte) []byte { return patch })
 
 	// cordon doctor says so before any run: a dry run of a run's pod comes back changed.
 	doctor := e.cordonCmd(t.TempDir(), "doctor", "--backend", "kubernetes", "--namespace", ns)
@@ -119,6 +74,98 @@ webhooks:
 	time.Sleep(3 * time.Second)
 	if _, err := os.Stat(filepath.Join(marker, "ran")); err == nil {
 		t.Error("the injected init container ran on the node")
+	}
+	e.nothingLeft(t, ns, "app.kubernetes.io/managed-by=cordon")
+}
+
+// mutatingWebhook registers, for the namespace ns alone, a real mutating admission webhook (served
+// here over TLS; the API server calls it) that answers every operation on resource with the JSON
+// patch mutate makes of the object, and returns the count of its calls. It is removed when the test
+// ends.
+func (e *env) mutatingWebhook(t *testing.T, ns, resource, operation string, mutate func(object []byte) []byte) *atomic.Int32 {
+	t.Helper()
+	var called atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mutate", func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		called.Add(1)
+		pt := admissionv1.PatchTypeJSONPatch
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: mutate(review.Request.Object.Raw), PatchType: &pt}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(&review)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "127.0.0.1")}}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+
+	name := "cordon-kubee2e-" + resource + "-" + ns
+	config := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: %s}
+webhooks:
+  - name: inject.kubee2e.test
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Fail
+    reinvocationPolicy: Never
+    clientConfig: {url: "https://%s/mutate", caBundle: %s}
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+    rules: [{operations: [%s], apiGroups: [""], apiVersions: [v1], resources: [%s]}]
+`, name, ln.Addr(), base64.StdEncoding.EncodeToString(e.ca.PEM), ns, operation, resource)
+	kubectl := func(stdin string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(e.cluster.Kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	kubectl(config, "apply", "-f", "-")
+	t.Cleanup(func() { kubectl("", "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found") })
+
+	return &called
+}
+
+// TestKubeMutatedSecretIsRefused: a webhook on Secret updates (cordon updates the run's Secret to
+// give it to the pod) rewrites the gateway's configuration so that its policy also allows every
+// host under evil.example. cordon must read back what was stored, refuse the run before the pod is
+// let be scheduled, and leave nothing. Without the check the run goes on (the agent runs, exit 0),
+// its gateway enforcing the widened policy.
+func TestKubeMutatedSecretIsRefused(t *testing.T) {
+	e := setup(t)
+	ns := e.cluster.Namespace(t)
+	called := e.mutatingWebhook(t, ns, "secrets", "UPDATE", func(object []byte) []byte {
+		var s struct {
+			Data map[string][]byte `json:"data"`
+		}
+		var cfg map[string]any
+		if json.Unmarshal(object, &s) != nil || json.Unmarshal(s.Data["gateway.json"], &cfg) != nil {
+			return nil
+		}
+		pol, _ := base64.StdEncoding.DecodeString(fmt.Sprint(cfg["policy"]))
+		cfg["policy"] = []byte(strings.Replace(string(pol), "  allow:\n", "  allow:\n    - {host: \"*.evil.example\"}\n", 1))
+		b, _ := json.Marshal(cfg)
+		p, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/data/gateway.json", "value": b}})
+		return p
+	})
+	local := e.localClone(t)
+	code, out, stderr := e.run(t, local, e.policy(t, ""), ns, nil, "sh", "-c", "echo agent-ran")
+	if code == 0 || strings.Contains(out, "agent-ran") {
+		t.Fatalf("the run went on with a rewritten Secret (exit %d)\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if called.Load() == 0 {
+		t.Fatal("the API server never called the webhook: the test proves nothing")
+	}
+	if !strings.Contains(stderr, "the cluster changed the run's Secret") || !strings.Contains(stderr, "data.gateway.json was changed") {
+		t.Errorf("cordon's error does not name the rewritten configuration:\n%s", stderr)
 	}
 	e.nothingLeft(t, ns, "app.kubernetes.io/managed-by=cordon")
 }
