@@ -171,6 +171,16 @@ func Gateway(ctx context.Context, opts GatewayOptions) error {
 		<-ctx.Done()
 		return nil
 	}
+	if reason, lapsed := leaseLapsed(opts.TrustDir, time.Duration(cfg.LeaseSeconds)*time.Second); lapsed {
+		// The sidecar restarted after the lease lapsed but before the stop was recorded: it records
+		// it now, before it serves anything, where watchLease would let it serve until its first look.
+		if err := stopRun(opts.TrustDir, reason); err != nil {
+			log.Error("stopping the run", "err", err)
+		}
+		log.Warn("the run's lease had lapsed: this gateway does not serve", "run", cfg.RunID, "reason", reason)
+		<-ctx.Done()
+		return nil
+	}
 	gw, err := build(ctx, cfg, opts)
 	if err != nil {
 		return err

@@ -72,6 +72,24 @@ func Stopped(dir string) (string, bool) {
 	return reason, true
 }
 
+// leaseLapsed reports, for a lease of lease (none when zero), whether the last renewal in dir is a
+// lease old or older, by the wall clock: what a gateway that starts again finds when its run's cordon
+// stopped renewing while it was down.
+func leaseLapsed(dir string, lease time.Duration) (string, bool) {
+	if lease <= 0 {
+		return "", false
+	}
+	fi, err := os.Stat(filepath.Join(dir, kubepod.LeaseFile))
+	if err != nil {
+		return "", false // never renewed: the lease counts from this start (watchLease)
+	}
+	if age := time.Since(fi.ModTime()); age >= lease {
+		return fmt.Sprintf("no heartbeat from cordon for %s (the lease is %s), found as the gateway started again: the run was stopped with its changes kept",
+			age.Round(time.Second), lease), true
+	}
+	return "", false
+}
+
 // leaseCheck is how often the gateway looks at the lease: a tenth of it, at most a second, so that
 // a lapse is acted on within a few percent of the lease's length.
 func leaseCheck(lease time.Duration) time.Duration {

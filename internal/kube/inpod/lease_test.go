@@ -46,3 +46,30 @@ func TestWatchLeaseAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseLapsedAtStart: the check a gateway makes before it serves finds a lease renewed a lease
+// ago or more lapsed, and neither a fresh one nor a missing one (a first start), nor any with no lease.
+func TestLeaseLapsedAtStart(t *testing.T) {
+	const lease = 5 * time.Second
+	dir := t.TempDir()
+	path := filepath.Join(dir, kubepod.LeaseFile)
+	if _, ok := leaseLapsed(dir, lease); ok {
+		t.Error("a lease never renewed is lapsed at the first start")
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := leaseLapsed(dir, lease); ok {
+		t.Error("a lease renewed just now is lapsed")
+	}
+	old := time.Now().Add(-2 * lease)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if reason, ok := leaseLapsed(dir, lease); !ok || reason == "" {
+		t.Error("a lease renewed two leases ago is not lapsed")
+	}
+	if _, ok := leaseLapsed(dir, 0); ok {
+		t.Error("a run without a lease is lapsed")
+	}
+}
