@@ -47,7 +47,7 @@ func withGate(p *Pod) *Pod {
 // that may be added are podExtras, containerExtras and the containers' resources beyond those set
 // (requests). Metadata may gain labels and annotations, but not securityAnnotations.
 func admitted(sent *Pod, raw []byte) error {
-	want, err := asJSON(sent)
+	want, err := toMap(sent)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func admitted(sent *Pod, raw []byte) error {
 			return fmt.Errorf("label %s was changed", k)
 		}
 	}
-	wantSpec, _ := want.(map[string]any)["spec"].(map[string]any)
+	wantSpec, _ := want["spec"].(map[string]any)
 	gotSpec, ok := got["spec"].(map[string]any)
 	if !ok {
 		return errors.New("the stored pod has no spec")
@@ -113,7 +113,7 @@ func otherGates(want, got any) ([]any, error) {
 // credentials) or a NetworkPolicy's spec came back from the API server as cordon sent it: a webhook
 // that rewrote the policy the gateway enforces, or widened the pod's egress, refuses the run.
 func storedAsSent(field string, sent any, raw []byte) error {
-	want, err := asJSON(sent)
+	want, err := toMap(sent)
 	if err != nil {
 		return err
 	}
@@ -121,17 +121,7 @@ func storedAsSent(field string, sent any, raw []byte) error {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		return fmt.Errorf("decoding the stored object: %w", err)
 	}
-	return same(field, field, want.(map[string]any)[field], got[field], func(string, string) bool { return false })
-}
-
-// asJSON is v as encoding/json decodes its encoding into an any.
-func asJSON(v any) (any, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var out any
-	return out, json.Unmarshal(b, &out)
+	return same(field, field, want[field], got[field], func(string, string) bool { return false })
 }
 
 // same compares want (sent) with got (stored) at path; shape is the path with list indices left out,

@@ -10,11 +10,10 @@ import (
 // defaults its admission adds.
 func storedAsAPIServer(t *testing.T, p *Pod) map[string]any {
 	t.Helper()
-	v, err := asJSON(p)
+	m, err := toMap(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := v.(map[string]any)
 	m["metadata"].(map[string]any)["resourceVersion"] = "4242"
 	m["status"] = map[string]any{"phase": "Pending"}
 	spec := m["spec"].(map[string]any)
@@ -156,11 +155,10 @@ func TestStoredAsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := func(v any, mutate func(m map[string]any)) []byte {
-		j, err := asJSON(v)
+		m, err := toMap(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := j.(map[string]any)
 		m["metadata"].(map[string]any)["uid"] = "u-1"
 		mutate(m)
 		raw, err := json.Marshal(m)

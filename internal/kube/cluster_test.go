@@ -103,13 +103,7 @@ func TestRecoverGatedPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	runID := "20261201-000000-gated000"
-	pod := &Pod{
-		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: ObjectMeta{Name: PodName(runID), Labels: map[string]string{LabelManagedBy: managedBy, LabelRun: runID}},
-		Spec: PodSpec{RestartPolicy: "Never", Containers: []Container{
-			{Name: ContainerAgent, Image: kubetest.AgentImage(t, cl), ImagePullPolicy: "Never", Command: []string{"true"}}}},
-	}
-	if _, _, err := c.createPod(ctx, withGate(pod)); err != nil {
+	if _, _, err := c.createPod(ctx, withGate(gatedTestPod(t, cl, runID))); err != nil {
 		t.Fatal(err)
 	}
 	defer c.DeleteRun(context.Background(), runID)
@@ -127,16 +121,8 @@ func TestUngateKeepsOthersGates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	runID := "20261201-000000-ungate00"
-	pod := &Pod{
-		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: ObjectMeta{Name: PodName(runID), Labels: map[string]string{LabelManagedBy: managedBy, LabelRun: runID}},
-		// As Render sets them: the API server's defaults for what is left unset (a service-account
-		// token's volume above all) are additions the check refuses.
-		Spec: PodSpec{RestartPolicy: "Never", AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
-			TerminationGracePeriodSeconds: ptr(int64(10)), SecurityContext: &PodSecurityContext{FSGroup: ptr(int64(1000))},
-			SchedulingGates: []SchedulingGate{{Name: "example.com/queue"}},
-			Containers:      []Container{{Name: ContainerAgent, Image: kubetest.AgentImage(t, cl), ImagePullPolicy: "Never", Command: []string{"true"}}}},
-	}
+	pod := gatedTestPod(t, cl, runID)
+	pod.Spec.SchedulingGates = []SchedulingGate{{Name: "example.com/queue"}}
 	gated := withGate(pod)
 	if _, _, err := c.createPod(ctx, gated); err != nil {
 		t.Fatal(err)
@@ -151,5 +137,18 @@ func TestUngateKeepsOthersGates(t *testing.T) {
 	}
 	if len(p.Spec.SchedulingGates) != 1 || p.Spec.SchedulingGates[0].Name != "example.com/queue" {
 		t.Errorf("gates after ungate: %v, want the queue's alone", p.Spec.SchedulingGates)
+	}
+}
+
+// gatedTestPod is a one-container pod of run runID that does nothing, with what Render sets that the
+// API server would otherwise default (a service-account token's volume above all), so that the
+// admission check passes it as stored.
+func gatedTestPod(t *testing.T, cl *kubetest.Cluster, runID string) *Pod {
+	return &Pod{
+		TypeMeta:   TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: ObjectMeta{Name: PodName(runID), Labels: map[string]string{LabelManagedBy: managedBy, LabelRun: runID}},
+		Spec: PodSpec{RestartPolicy: "Never", AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(10)), SecurityContext: &PodSecurityContext{FSGroup: ptr(int64(1000))},
+			Containers: []Container{{Name: ContainerAgent, Image: kubetest.AgentImage(t, cl), ImagePullPolicy: "Never", Command: []string{"true"}}}},
 	}
 }
