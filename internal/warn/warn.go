@@ -24,7 +24,9 @@ func (f Func) Printf(format string, args ...any) {
 
 // Printable makes text that came from outside cordon (a server's answer, a file a sandbox wrote) fit
 // for one line of a warning or an error: at most max bytes (then "…"), and every control character
-// (C0, DEL, C1: what could end the line, move the cursor or forge a terminal's output) replaced by ?.
+// (C0, DEL, C1: what could end the line, move the cursor or forge a terminal's output) replaced by ?,
+// and so is every bidirectional control (U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069), which
+// reorders how the rest of the line reads without being seen.
 func Printable(s string, max int) string {
 	var b strings.Builder
 	for _, r := range s {
@@ -32,10 +34,15 @@ func Printable(s string, max int) string {
 			b.WriteString("…")
 			break
 		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || bidiControl(r) {
 			r = '?'
 		}
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// bidiControl reports the Unicode bidirectional formatting characters.
+func bidiControl(r rune) bool {
+	return r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }

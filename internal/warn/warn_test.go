@@ -28,6 +28,7 @@ func TestPrintable(t *testing.T) {
 		{"line\nforged\x1b[2K\r\x7f\u009b", 100, "line?forged?[2K???"},
 		{"abcdef", 3, "abc…"},
 		{"héllo", 100, "héllo"},
+		{"ok \u202egnp.exe\u2066x\u2069\u200f", 100, "ok ?gnp.exe?x??"},
 	} {
 		if got := Printable(tc.in, tc.max); got != tc.want {
 			t.Errorf("Printable(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
