@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/cordon-sandbox/cordon/internal/warn"
 )
 
 // GateAdmitted is the scheduling gate the run's pod is created with: the cluster schedules no
@@ -60,7 +62,7 @@ func admitted(sent *Pod, raw []byte) error {
 	for _, k := range slices.Sorted(maps.Keys(ann)) {
 		for _, p := range securityAnnotations {
 			if strings.HasPrefix(k, p) {
-				return fmt.Errorf("annotation %s was added", k)
+				return fmt.Errorf("annotation %s was added", warn.Printable(k, 200))
 			}
 		}
 	}
@@ -145,7 +147,8 @@ func same(path, shape string, want, got any, mayAdd func(shape, key string) bool
 		}
 		for _, k := range slices.Sorted(maps.Keys(g)) {
 			if _, ok := w[k]; !ok && !mayAdd(shape, k) {
-				return fmt.Errorf("%s.%s was added", path, k)
+				// The key is the server's: shown, made printable.
+				return fmt.Errorf("%s.%s was added", path, warn.Printable(k, 200))
 			}
 		}
 		return nil

@@ -98,6 +98,7 @@ func TestAdmittedRefusesWhatAWebhookAdds(t *testing.T) {
 			a["volumeMounts"] = append(a["volumeMounts"].([]any), map[string]any{"name": volSecret, "mountPath": "/s"})
 		}, "spec.containers[agent].volumeMounts was changed"},
 		{"a shared process namespace", func(m map[string]any) { spec(m)["shareProcessNamespace"] = true }, "spec.shareProcessNamespace was added"},
+		{"a field named to drive the terminal", func(m map[string]any) { spec(m)["x\x1b[2Jy"] = true }, "spec.x?[2Jy was added"},
 		{"host aliases", func(m map[string]any) {
 			spec(m)["hostAliases"] = []any{map[string]any{"ip": "10.0.0.9", "hostnames": []any{"git.test"}}}
 		}, "spec.hostAliases was added"},
