@@ -29,6 +29,13 @@ func IsInit() bool { return len(os.Args) > 0 && os.Args[0] == InitArg0 }
 // the command's own, 128+signal when a signal ended it, 125 when the boundary could not be built,
 // 126/127 when the command could not be executed.
 func InitMain() int {
+	// Catch signals before the command exists, so that none sent during setup is lost (or ends init
+	// by the runtime's default); they are forwarded once it runs. This is done before the config
+	// arrives, while cordon is still preparing the run, and before the thread is locked: the runtime
+	// enables each signal in a round trip with a thread of its own, and from a locked thread every
+	// round trip has to wake that thread again (0.94 ms for the eleven signals locked, 0.50 ms not).
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, forwardedSignals...)
 	// Every per-thread operation below (cgroup namespace, capabilities, the fork of the command) must
 	// happen on one thread, so that the command inherits exactly the state that was set up.
 	runtime.LockOSThread()
@@ -46,11 +53,6 @@ func InitMain() int {
 		report(&failedMsg{Step: se.Step, Error: se.Err.Error(), NoOverlay: errors.Is(se.Err, sandbox.ErrNoOverlay)})
 	}
 
-	// Catch signals before the command exists, so that none sent during setup is lost (or ends init
-	// by the runtime's default); they are forwarded once it runs. This is done before the config
-	// arrives, while cordon is still preparing the run.
-	sigs := make(chan os.Signal, 32)
-	signal.Notify(sigs, forwardedSignals...)
 	// Likewise the default seccomp filter is compiled while cordon prepares the run.
 	filter, filterErr := seccomp.Compile(seccomp.Options{})
 	// And the part of the root that does not depend on the spec, and the gateway's sockets and rules
@@ -265,9 +267,9 @@ var forwardedSignals = []os.Signal{
 // returns only when no other process of the sandbox is left: all were killed and reaped, so none can
 // still be writing into the workspace.
 //
-// It runs entirely on init's locked main thread. Landlock domains are per thread on kernels without
-// LANDLOCK_RESTRICT_SELF_TSYNC, and the command inherited this thread's domain: a signal sent from
-// another thread of init would be refused by Landlock's signal scoping.
+// It runs entirely on init's locked main thread. Landlock restricts that thread only
+// (restrictLandlock), and the command inherited its domain: a signal sent from another thread of
+// init would be refused by Landlock's signal scoping.
 func supervise(pid int, sigs <-chan os.Signal, forward func(syscall.Signal)) int {
 	for {
 		for {
