@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
 )
 
 // TestFileSystemBoundary tries to read a canary in the caller's real home from inside, by every alias
@@ -722,6 +724,33 @@ func TestPolicyMountsUnderHome(t *testing.T) {
 		r := h.sandboxed("filesystem:\n  readonly: [~/.tool]\n", fmt.Sprintf(`cat "$HOME/.tool/bin/version"; echo; cat %[1]s/.tool/bin/version; echo; echo x > "$HOME/.tool/new" 2>/dev/null && echo WRITABLE; echo x > %[1]s/.tool/new 2>/dev/null && echo WRITABLE; true`, h.home))
 		if strings.Count(r.stdout, "TOOL-"+h.canary) != 2 || strings.Contains(r.stdout, "WRITABLE") {
 			t.Fatalf("~/.tool is not readable (only) at the agent's $HOME/.tool:\n%s", r)
+		}
+	})
+}
+
+// TestLandlockInForce shows that the command runs under init's Landlock domain, a layer of its own
+// behind the mounts: an ioctl on /dev/null, which the mounts allow and the domain does not (no
+// LANDLOCK_ACCESS_FS_IOCTL_DEV on it), is refused with EACCES inside, where outside the driver
+// answers ENOTTY. Init restricts only its own thread and forks the command from it, so this is
+// what says that the command got the domain.
+func TestLandlockInForce(t *testing.T) {
+	if abi := linux.LandlockABI(); abi < 5 {
+		t.Skipf("this kernel's Landlock (ABI %d) has no device ioctl right (ABI 5)", abi)
+	}
+	const probe = `python3 -c '
+import errno, fcntl, termios
+try:
+    fcntl.ioctl(open("/dev/null"), termios.TCGETS, bytes(64))
+    print("ioctl allowed")
+except OSError as e:
+    print("ioctl", errno.errorcode[e.errno])
+'`
+	forEachIdentity(t, func(t *testing.T, h *harness) {
+		if r := h.plain(probe); !strings.Contains(r.stdout, "ioctl ENOTTY") {
+			t.Fatalf("control: outside the sandbox the ioctl should reach the driver:\n%s", r)
+		}
+		if r := h.sandboxed("", probe); !strings.Contains(r.stdout, "ioctl EACCES") {
+			t.Fatalf("inside, Landlock should refuse the ioctl:\n%s", r)
 		}
 	})
 }
