@@ -118,7 +118,11 @@ func installRules(nsFD int, rs wantRuleset) error {
 		}
 		return fmt.Errorf("netlink to nf_tables: %w", err)
 	}
-	defer func() { _ = conn.CloseLasting() }()
+	// The socket is closed in the background. Its release waits for nf_tables' deferred destruction
+	// of the transaction, which waits for an RCU grace period: 1-7 ms on this kind of machine, on the
+	// path that starts the sandbox's command, for nothing the rules depend on. The descriptor is
+	// close-on-exec and init's alone meanwhile.
+	defer func() { go func() { _ = conn.CloseLasting() }() }()
 
 	// Add, delete, add: the table exists after the first message whether or not it existed before, so
 	// the delete cannot fail, and the whole replacement commits as one transaction or not at all.
