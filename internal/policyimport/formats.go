@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // SRT translates the settings JSON of Anthropic's sandbox runtime (srt --settings FILE,
@@ -89,8 +90,9 @@ func ClaudeCode(name string, data []byte) ([]byte, error) {
 	return p.render(), nil
 }
 
-// permissionRule is a Claude Code permission rule: Tool or Tool(specifier).
-var permissionRule = regexp.MustCompile(`^([A-Za-z]+)(?:\((.*)\))?$`)
+// permissionRule is a Claude Code permission rule: Tool or Tool(specifier), compiled on first use (not
+// in package initialisation, which every cordon process pays).
+var permissionRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([A-Za-z]+)(?:\((.*)\))?$`) })
 
 // permissions imports the rules Claude Code merges into its sandbox: WebFetch(domain:X) into the
 // allowed or denied domains, Read(X) deny into denyRead, Edit(X) into allowWrite or denyWrite.
@@ -103,7 +105,7 @@ func (p *translation) permissions(perms map[string]any) {
 		}
 		key := "permissions." + list
 		for _, rule := range p.strs(key, v) {
-			sub := permissionRule.FindStringSubmatch(rule)
+			sub := permissionRule().FindStringSubmatch(rule)
 			if sub == nil {
 				p.note("%s %q: not a permission rule, not imported", key, rule)
 				continue

@@ -43,7 +43,7 @@ func FuzzSanitizeMavenSettings(f *testing.F) {
 		ref := Ref("CORDON_MAVEN_TOKEN_1")
 		refs := map[string]string{id: ref}
 		out := sanitizeMavenSettings(text, refs)
-		for _, m := range mavenSecret.FindAllString(out, -1) {
+		for _, m := range mavenSecret().FindAllString(out, -1) {
 			if m != "<password>"+ref+"</password>" {
 				t.Fatalf("secret element %q kept from %q", m, text)
 			}

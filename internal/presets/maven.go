@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
@@ -35,8 +36,12 @@ type mavenSettings struct {
 	} `xml:"profiles>profile>pluginRepositories>pluginRepository"`
 }
 
-// mavenSecret matches the elements of a settings.xml that hold secrets, whatever their server.
-var mavenSecret = regexp.MustCompile(`(?s)<\s*(password|passphrase|privateKey)\b[^>]*>.*?<\s*/\s*(password|passphrase|privateKey)\s*>`)
+// mavenSecret matches the elements of a settings.xml that hold secrets, whatever their server. It and
+// the other expressions here are compiled on first use, not at package initialisation, which every
+// cordon process pays, the sandbox's init included.
+var mavenSecret = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?s)<\s*(password|passphrase|privateKey)\b[^>]*>.*?<\s*/\s*(password|passphrase|privateKey)\s*>`)
+})
 
 // mavenView reads maven's settings as maven does (the installation's conf/settings.xml, then
 // ~/.m2/settings.xml; mirrors and the repositories of profiles), allows every mirror and repository
@@ -175,18 +180,18 @@ func (s Source) mavenView(v *View) ([]policy.Endpoint, error) {
 }
 
 // mavenServer matches one <server> element, to find its id and replace its password.
-var mavenServer = regexp.MustCompile(`(?s)<server>.*?</server>`)
-var mavenID = regexp.MustCompile(`(?s)<id>\s*(.*?)\s*</id>`)
+var mavenServer = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)<server>.*?</server>`) })
+var mavenID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)<id>\s*(.*?)\s*</id>`) })
 
 // sanitizeMavenSettings replaces every secret element of a settings.xml: a server's password by its
 // reference in refs (by server id), any other password, passphrase or private key by nothing.
 func sanitizeMavenSettings(text string, refs map[string]string) string {
-	text = mavenServer.ReplaceAllStringFunc(text, func(server string) string {
+	text = mavenServer().ReplaceAllStringFunc(text, func(server string) string {
 		ref := ""
-		if m := mavenID.FindStringSubmatch(server); m != nil {
+		if m := mavenID().FindStringSubmatch(server); m != nil {
 			ref = refs[m[1]]
 		}
-		return mavenSecret.ReplaceAllStringFunc(server, func(el string) string {
+		return mavenSecret().ReplaceAllStringFunc(server, func(el string) string {
 			if ref != "" && strings.HasPrefix(el, "<password>") {
 				return "<password>" + ref + "</password>"
 			}
@@ -198,7 +203,7 @@ func sanitizeMavenSettings(text string, refs map[string]string) string {
 	for _, ref := range refs {
 		kept["<password>"+ref+"</password>"] = true
 	}
-	return mavenSecret.ReplaceAllStringFunc(text, func(el string) string {
+	return mavenSecret().ReplaceAllStringFunc(text, func(el string) string {
 		if kept[el] {
 			return el
 		}

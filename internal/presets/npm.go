@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/cordon-sandbox/cordon/internal/policy"
 )
@@ -152,7 +153,8 @@ func (a npmAuth) display() string {
 // npmAuthKeys are the keys npm reads credentials from, alone or after "//host/path/:".
 var npmAuthKeys = []string{"_authToken", "_auth", "_password", "username", "certfile", "keyfile", "tokenHelper", "email"}
 
-var npmEnvRef = regexp.MustCompile(`\$\{([^}?]+)(\?)?\}`)
+// npmEnvRef is an environment reference in .npmrc, ${NAME} or ${NAME?}, compiled on first use.
+var npmEnvRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{([^}?]+)(\?)?\}`) })
 
 // sanitizeNpmrc returns the npmrc's text without its auth lines, and those lines with their values
 // (environment references expanded from env as npm expands them).
@@ -200,8 +202,8 @@ func sanitizeNpmrc(text string, env []string) (kept string, auth []npmAuth) {
 
 // expandNpm replaces ${NAME} (and ${NAME?}) by the variable's value, as npm does when it loads a file.
 func expandNpm(s string, env []string) string {
-	return npmEnvRef.ReplaceAllStringFunc(s, func(m string) string {
-		sub := npmEnvRef.FindStringSubmatch(m)
+	return npmEnvRef().ReplaceAllStringFunc(s, func(m string) string {
+		sub := npmEnvRef().FindStringSubmatch(m)
 		return lookup(env, sub[1])
 	})
 }
