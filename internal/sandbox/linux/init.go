@@ -362,8 +362,9 @@ func launchEgress() (wait func() error, err error) {
 // egressSockets creates the gateway's sockets in init's own network namespace and hands them to
 // cordon over the status channel.
 func egressSockets(ports sandbox.EgressPorts) error {
-	const self = "/proc/self/ns/net"
-	set, err := netns.Listeners(self, ports)
+	// Init is the namespace's first process: every thread of it is in the sandbox's namespace
+	// already, so the sockets are made here, with no thread sent in and brought back (Listeners).
+	set, err := netns.ListenersHere(ports)
 	if err != nil {
 		return err
 	}
