@@ -6,9 +6,10 @@
 // lands on the transparent listener, every DNS query on the DNS sockets, and everything else is
 // dropped. The agent has no CAP_NET_ADMIN, so it cannot undo either.
 //
-// The sandbox's init uses it to make the sockets and rules from inside (sandbox/linux); the ports are
-// sandbox.EgressPorts and the sockets travel as sandbox.Listeners, so that the gateway, which serves
-// them and reads each redirected connection's original destination itself, imports none of this.
+// The sandbox's init uses it to make the sockets (ListenersHere) and rules (InstallHere) from inside
+// (sandbox/linux); the ports are sandbox.EgressPorts and the sockets travel as sandbox.Listeners, so
+// that the gateway, which serves them and reads each redirected connection's original destination
+// itself, imports none of this.
 //
 // A Kubernetes pod gets a variant (InstallPod, ListenersHere): the setup step installs the same
 // redirect in the pod's own namespace, exempting the uid of the gateway sidecar, which listens on the

@@ -94,9 +94,9 @@ func Listeners(nsPath string, ports sandbox.EgressPorts) (*sandbox.Listeners, er
 	return wrapSockets(fds)
 }
 
-// ListenersHere is Listeners in the calling process's own network namespace, for a gateway that
-// runs in the namespace it serves (a Kubernetes pod's sidecar, which may not setns): the same
-// sockets, made the same way.
+// ListenersHere is Listeners in the calling process's own network namespace, for a process that
+// runs in the namespace it serves (a Kubernetes pod's sidecar, which may not setns; the sandbox's
+// init, the namespace's first process): the same sockets, made the same way.
 func ListenersHere(ports sandbox.EgressPorts) (*sandbox.Listeners, error) {
 	if err := ports.Validate(); err != nil {
 		return nil, fmt.Errorf("netns: %w", err)
