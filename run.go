@@ -25,6 +25,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/runstate"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/services"
+	"github.com/cordon-sandbox/cordon/internal/starttrace"
 	"github.com/cordon-sandbox/cordon/internal/workspace"
 )
 
@@ -120,6 +121,7 @@ func Start(ctx context.Context, cfg Config) (*Run, error) {
 }
 
 func start(ctx context.Context, cfg Config) (*Run, error) {
+	starttrace.Mark("start")
 	if len(cfg.Command) == 0 {
 		return nil, errors.New("no command given")
 	}
@@ -211,6 +213,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, err
 	}
 	c.Add(pubs.close)
+	starttrace.Mark("launch")
 	launched, err := backend.Launch(ctx, &sandbox.LaunchSpec{
 		User: identity(env), Stdin: streams.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr,
 		TTY: streams.TTY, TTYRows: streams.Rows, TTYCols: streams.Cols, Egress: egress, Warn: b.warn.degraded,
@@ -220,16 +223,19 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &SetupError{Err: err}
 	}
 	c.Add(launched.Abort)
+	starttrace.Mark("launched")
 	rec, err := b.createRun(runstate.Meta{Name: cfg.Name, Project: project, Command: cfg.Command, Policy: policyRef(pol)})
 	if err != nil {
 		return nil, fmt.Errorf("creating the run's state: %w", err)
 	}
 	c.Add(func() { b.dropRun(rec) })
+	starttrace.Mark("run state")
 	spec, err := b.buildSpec(ctx, pol, project, cfg.Command, rec, identity(env), view, credSet)
 	if err != nil {
 		return nil, err
 	}
 	spec.RunName = "cordon-" + rec.Meta.ID
+	starttrace.Mark("spec")
 	// Fixture services start now, outside the box, seeded before the command exists; a fixture that
 	// fails stops the start.
 	svcLog := &serviceLog{}
@@ -271,6 +277,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		spec.TrustCA = append(gw.TrustCA(), extra...)
 	}
 	spec.SSHKnownHosts = b.knownHosts(pol.Network)
+	starttrace.Mark("gateway prepared")
 	agent, err := b.startAgent(pol, gw, spec)
 	if err != nil {
 		return nil, err
@@ -293,6 +300,7 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 	}
 	streams.Started()
+	starttrace.Mark("started")
 	if err != nil {
 		var used []string
 		if pol.Network != nil {
@@ -394,6 +402,7 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	}
 	r.waited = true
 	st, err := r.sb.Wait(ctx)
+	starttrace.Mark("command ended")
 	r.over.Store(true)
 	r.streams.Close()
 	r.exit = Exit{Code: st.Code, Signal: st.Signal, TimedOut: st.TimedOut}
@@ -423,6 +432,7 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 	}
 	if r.gw != nil {
 		sum, err := r.gw.Close()
+		starttrace.Mark("gateway closed")
 		if err != nil {
 			r.b.warn.degraded(fmt.Sprintf("gateway: %v", err))
 		}
@@ -436,6 +446,7 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 		}
 	}
 	r.exit.Changed, r.exit.Kept = r.finish(r.exit.Code, failed, durable)
+	starttrace.Mark("finished")
 	r.b.closeCredentials(r.creds)
 	r.closeNull()
 	return r.exit, r.err

@@ -18,6 +18,7 @@ import (
 	"github.com/cordon-sandbox/cordon"
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
+	"github.com/cordon-sandbox/cordon/internal/starttrace"
 )
 
 // Exit codes follow docker and podman: for run, 125 for cordon's own failures (a bad flag too), 126
@@ -69,6 +70,7 @@ func commands() []command {
 }
 
 func main() {
+	starttrace.Mark("main")
 	// A descriptor cordon inherited without close-on-exec (a shell's, a CI runner's) must not travel on
 	// into the sandbox: nothing but the streams cordon chooses goes through.
 	if err := closeInheritedOnExec(); err != nil {
@@ -83,7 +85,9 @@ func main() {
 		os.Exit(canary.ProcessMain())
 	}
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, env: os.Environ(), uid: os.Getuid(), argv0: os.Args[0]}
-	os.Exit(a.main(os.Args[1:]))
+	code := a.main(os.Args[1:])
+	starttrace.Mark("exit")
+	os.Exit(code)
 }
 
 func (a *app) main(args []string) int {

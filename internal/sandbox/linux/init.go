@@ -20,6 +20,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/netns"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/seccomp"
+	"github.com/cordon-sandbox/cordon/internal/starttrace"
 )
 
 // IsInit reports whether this process was started as the sandbox's init.
@@ -36,6 +37,7 @@ func InitMain() int {
 	// round trip has to wake that thread again (0.94 ms for the eleven signals locked, 0.50 ms not).
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, forwardedSignals...)
+	starttrace.Mark("signals caught")
 	// Every per-thread operation below (cgroup namespace, capabilities, the fork of the command) must
 	// happen on one thread, so that the command inherits exactly the state that was set up.
 	runtime.LockOSThread()
@@ -55,6 +57,7 @@ func InitMain() int {
 
 	// Likewise the default seccomp filter is compiled while cordon prepares the run.
 	filter, filterErr := seccomp.Compile(seccomp.Options{})
+	starttrace.Mark("filter compiled")
 	// And the part of the root that does not depend on the spec, and the gateway's sockets and rules
 	// when cordon said at launch (argv[1]) that it attaches the gateway.
 	baseErr := loopbackUp()
@@ -68,7 +71,9 @@ func InitMain() int {
 	if baseErr == nil {
 		baseErr = buildBase()
 	}
+	starttrace.Mark("base of the root")
 	cfg, err := readConfig(os.NewFile(configFD, "config"))
+	starttrace.Mark("config read")
 	if err != nil {
 		failed(&sandbox.SetupError{Step: "reading the sandbox config", Err: err})
 		return 125
@@ -76,6 +81,7 @@ func InitMain() int {
 	if err := rulesInstalled(); err != nil && baseErr == nil {
 		baseErr = err
 	}
+	starttrace.Mark("rules installed")
 	if baseErr != nil {
 		var se *sandbox.SetupError
 		if !errors.As(baseErr, &se) {
@@ -109,6 +115,7 @@ func InitMain() int {
 		}
 		return 125
 	}
+	starttrace.Mark("command started")
 	report(&startedMsg{Warnings: warnings})
 	forward := func(s syscall.Signal) { unix.Kill(pid, s) }
 	if cfg.Runtime != nil && !cfg.TTY {
@@ -170,6 +177,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		}
 	}
 	err := buildRoot(cfg, srcs)
+	starttrace.Mark("root built")
 	srcs.close() // attached now, or never: init keeps nothing of the host's open
 	if err != nil {
 		return 0, nil, err
@@ -218,6 +226,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		return 0, nil, err
 	}
 	w, err := restrictLandlock(spec, cfg.User.Home, cfg.LandlockABI)
+	starttrace.Mark("landlock")
 	if err := step("applying Landlock", err); err != nil {
 		return 0, nil, err
 	}
@@ -227,6 +236,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	if err := step("installing the seccomp filter", filter.Install()); err != nil {
 		return 0, nil, err
 	}
+	starttrace.Mark("seccomp")
 
 	if err := envInterpreter(spec.Args[0], path, spec.Dir, spec.Env); err != nil {
 		return 0, nil, err
@@ -349,6 +359,7 @@ func launchEgress() (wait func() error, err error) {
 	if err := egressSockets(ports); err != nil {
 		return wait, &sandbox.SetupError{Step: step, Err: err}
 	}
+	starttrace.Mark("sockets sent")
 	done := make(chan error, 1)
 	go func() { done <- netns.InstallHere(ports) }()
 	return func() error {

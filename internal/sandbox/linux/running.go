@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-sandbox/cordon/internal/starttrace"
 )
 
 // running is a started sandbox (and, until Start, the init that a launched box is waiting in).
@@ -71,6 +72,7 @@ func (s *running) start(cfg *initConfig, cfgW, statR *os.File) error {
 		}
 	}
 	err := sendConfig(cfgW, cfg)
+	starttrace.Mark("config sent")
 	cfgW.Close()
 	if err != nil {
 		s.Kill()
