@@ -22,9 +22,10 @@ func LandlockABI() int {
 	return v
 }
 
-// restrictLandlock restricts init's thread, and so everything it starts, to the same file hierarchies
-// the mounts expose, with the same read-only/read-write split. It is a second, independent layer: a mistake in
-// the mount code (or a kernel bug in it) does not by itself open the host.
+// restrictLandlock restricts init's thread, and so everything it starts, to the same file
+// hierarchies the mounts expose, with the same read-only/read-write split. It is a second,
+// independent layer: a mistake in the mount code (or a kernel bug in it) does not by itself open the
+// host.
 //
 // Network rights are left to the egress layer (Landlock checks the port a program asks for, before
 // nftables redirects it). It returns a warning line when the kernel has no Landlock at all.
