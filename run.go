@@ -257,7 +257,8 @@ func start(ctx context.Context, cfg Config) (*Run, error) {
 		gcfg := gateway.Config{
 			Network: pol.Network, Presets: view,
 			Hostname: spec.Hostname, AuditPath: filepath.Join(rec.Dir, auditLogName), AuditMaxBytes: auditMaxBytes(pol),
-			OnEvent: onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
+			AuditCallerSyncs: true, // finish makes it durable with the run it stays in (keep)
+			OnEvent:          onEvent(cfg.OnEvent), Notify: b.warn.blocked, NotifyUpstream: b.warn.upstream, Budgets: ledger,
 			Services: gatewayServices(svc),
 		}
 		if credSet != nil {
@@ -467,7 +468,9 @@ func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
 	keep := func(n int, why KeepReason) (int, KeepReason) {
 		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
 		if durable {
-			sync = r.rec.SyncMeta
+			// The record reached the disk during the run; since then its end was written, and the
+			// audit log's last events (the gateway leaves its fsync to this).
+			sync = func() error { return r.rec.SyncMeta(auditLogName) }
 		}
 		if err := sync(); err != nil {
 			r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))

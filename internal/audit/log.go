@@ -106,6 +106,9 @@ type Log struct {
 	now  func() time.Time
 	// onEvent is Options.OnEvent; only the writer (and Close, once the writer is done) calls it.
 	onEvent func(Event)
+	// callerSyncs is Options.CallerSyncs; fsync is (*os.File).Sync, what Close calls otherwise.
+	callerSyncs bool
+	fsync       func(*os.File) error
 
 	mu         sync.Mutex
 	pending    []byte
@@ -138,6 +141,12 @@ type Options struct {
 	// GroupReadable makes the file 0640 instead of 0600: for a log that a reader of the writer's
 	// group collects (the Kubernetes pod's keeper).
 	GroupReadable bool
+	// CallerSyncs leaves the file's durability to the caller: Close writes the last records and
+	// closes it without an fsync. A local run's log lives in the run's directory, which is removed
+	// when the run changed nothing and made durable as a whole when it is kept; an fsync at Close
+	// is a disk flush for a file about to be deleted in the first case and a second one in the
+	// other.
+	CallerSyncs bool
 }
 
 // NewLog creates (or appends to) the log at path with mode 0600 and the default options.
@@ -167,7 +176,7 @@ func NewLogWith(path string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
 	l := newLog(f, opts, fi.Size(), time.Now)
-	l.file = f
+	l.file, l.callerSyncs, l.fsync = f, opts.CallerSyncs, (*os.File).Sync
 	return l, nil
 }
 
@@ -436,8 +445,10 @@ func (l *Log) Close() error {
 		l.deliver(notes) // the writer is done: this goroutine is the only caller now
 	}
 	if l.file != nil {
-		if serr := l.file.Sync(); serr != nil && err == nil {
-			err = fmt.Errorf("syncing the audit log: %w", serr)
+		if !l.callerSyncs {
+			if serr := l.fsync(l.file); serr != nil && err == nil {
+				err = fmt.Errorf("syncing the audit log: %w", serr)
+			}
 		}
 		if cerr := l.file.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the audit log: %w", cerr)

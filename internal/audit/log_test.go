@@ -262,3 +262,29 @@ func TestSummaryCountsCredentialsAndNotRequestBytesTwice(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestCloseSyncsUnlessTheCallerDoes: Close makes the file durable itself, except under CallerSyncs
+// (a local run's log, which the run's keep syncs and a removed run deletes); either way every event
+// is in the file when Close returns.
+func TestCloseSyncsUnlessTheCallerDoes(t *testing.T) {
+	for _, callerSyncs := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "audit.jsonl")
+		l, err := NewLogWith(path, Options{CallerSyncs: callerSyncs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synced := 0
+		l.fsync = func(f *os.File) error { synced++; return f.Sync() }
+		l.Record(Event{Kind: KindConnect, Decision: Allow, Name: "example.test", Port: 443})
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 1, true: 0}[callerSyncs]; synced != want {
+			t.Errorf("CallerSyncs=%v: Close synced the file %d times, want %d", callerSyncs, synced, want)
+		}
+		evs, err := Read(path)
+		if err != nil || len(evs) != 1 || evs[0].Name != "example.test" {
+			t.Errorf("CallerSyncs=%v: the log holds %+v (%v), want the one event", callerSyncs, evs, err)
+		}
+	}
+}

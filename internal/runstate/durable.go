@@ -39,10 +39,13 @@ func (r *Run) Sync() error {
 }
 
 // SyncMeta makes the run's metadata durable as it is now (meta.json and the directory entry it was
-// renamed into), for a record that Sync made durable earlier and that FinishLazy changed since.
-func (r *Run) SyncMeta() error {
-	if err := syncFile(filepath.Join(r.Dir, metaFile)); err != nil {
-		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+// renamed into), and the files of the run's directory named in also, for a record that Sync made
+// durable earlier and that FinishLazy (and a writer of those files) changed since.
+func (r *Run) SyncMeta(also ...string) error {
+	for _, name := range append([]string{metaFile}, also...) {
+		if err := syncFile(filepath.Join(r.Dir, name)); err != nil {
+			return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)
+		}
 	}
 	if err := SyncDir(r.Dir); err != nil {
 		return fmt.Errorf("runstate: sync run %s: %w", r.Meta.ID, err)

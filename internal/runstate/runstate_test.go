@@ -310,6 +310,14 @@ func TestFinishLazy(t *testing.T) {
 	if err := r.SyncMeta(); err != nil {
 		t.Fatal(err)
 	}
+	// A file named besides meta.json is synced when it is there, skipped when it is not (a run
+	// without a gateway has no audit log).
+	if err := os.WriteFile(filepath.Join(r.Dir, "audit.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SyncMeta("audit.jsonl", "absent.json"); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(r.Dir); err != nil {
 		t.Fatal(err)
 	}

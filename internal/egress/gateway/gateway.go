@@ -55,6 +55,9 @@ type Config struct {
 	AuditPath string
 	// AuditGroupReadable makes the audit log readable by the gateway's group (audit.Options).
 	AuditGroupReadable bool
+	// AuditCallerSyncs leaves the audit log's fsync to the caller (audit.Options.CallerSyncs):
+	// Close writes and closes it without one.
+	AuditCallerSyncs bool
 	// AuditMaxBytes caps the audit log (the run's share of limits.disk); 0 means audit.DefaultMaxBytes.
 	AuditMaxBytes int64
 	// OnEvent receives each event as the audit log writes it (audit.Options.OnEvent), never after
@@ -209,7 +212,8 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, errors.New("gateway: the roots given hold no PEM certificate")
 		}
 	}
-	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent, GroupReadable: cfg.AuditGroupReadable})
+	log, err := audit.NewLogWith(cfg.AuditPath, audit.Options{MaxBytes: cfg.AuditMaxBytes, OnEvent: cfg.OnEvent,
+		GroupReadable: cfg.AuditGroupReadable, CallerSyncs: cfg.AuditCallerSyncs})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: audit log: %w", err)
 	}
