@@ -245,13 +245,21 @@ func New(cfg Config) (*Gateway, error) {
 // credentials, and those network.tls.inspect names (which get no rules: only the checks every
 // intercepted request gets, its Host against the TLS name first). Upstreams are verified against the
 // host's roots (or Config.Roots) plus network.tls.caFile.
+//
+// The host's roots alone are left nil, which crypto/tls reads as the host's roots, loaded on the
+// first verification: parsing them (x509.SystemCertPool, some 280 certificates from the bundle and
+// /etc/ssl/certs) took 16 ms of every intercepting run's start, before any connection needed them.
+// Roots that cannot be loaded then fail every verification, as the empty pool did.
 func (g *Gateway) prepareInterception(cfg Config, notices, upstream *notifier) error {
 	var roots *x509.CertPool
 	var err error
-	if g.roots != nil {
+	switch {
+	case g.roots != nil:
 		roots = g.roots.Clone()
-	} else if roots, err = x509.SystemCertPool(); err != nil {
-		roots = x509.NewCertPool()
+	case len(g.caFile) > 0:
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
 	}
 	if len(g.caFile) > 0 {
 		roots.AppendCertsFromPEM(g.caFile)
