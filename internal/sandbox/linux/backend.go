@@ -149,8 +149,13 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 	if err != nil {
 		return fail(&sandbox.SetupError{Step: "reading /etc", Err: err})
 	}
+	etc, etcFiles, err := etcOutOfBand(etc)
+	if err != nil {
+		return fail(&sandbox.SetupError{Step: "preparing /etc", Err: err})
+	}
+	defer closeAll(etcFiles) // init has its own once they are sent
 	cfg := &initConfig{Spec: *spec, User: l.ls.User, TTY: l.ls.TTY, TTYRows: l.ls.TTYRows, TTYCols: l.ls.TTYCols,
-		Etc: etc, LandlockABI: LandlockABI()}
+		Etc: etc, EtcFiles: len(etcFiles), LandlockABI: LandlockABI()}
 	l.s.timeout = spec.Limits.Timeout
 	if err := l.limits(spec, cfg); err != nil {
 		return fail(err)
@@ -177,6 +182,11 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 			return fail(&sandbox.SetupError{Step: "opening the workspace and policy paths", Err: err})
 		}
 		cfg.HostSources = true
+	}
+	if len(etcFiles) > 0 {
+		if err := sendMsg(int(l.statR.Fd()), &etcFilesMsg{Count: len(etcFiles)}, etcFiles...); err != nil {
+			return fail(&sandbox.SetupError{Step: "sending /etc", Err: err})
+		}
 	}
 	if l.b.Runtime != nil {
 		rc, err := l.runtimeConfigFor(spec, cfg)

@@ -361,4 +361,23 @@ echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
 	if after, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); string(after) != string(host) {
 		t.Error("the host's bundle changed")
 	}
+	// The bundle, larger than what travels inside the config, arrives whole through its descriptor.
+	want := string(host)
+	if want != "" && !strings.HasSuffix(want, "\n") {
+		want += "\n"
+	}
+	want += ca
+	if len(want) <= inlineEtcMax {
+		t.Logf("the host's bundle is %d bytes, within the config's inline limit: the descriptor path is not tried here", len(host))
+		return
+	}
+	spec = testSpec(t, "sh", "-c", "cat /etc/cordon/ca-bundle.crt")
+	spec.TrustCA = []byte(ca)
+	out, _, err = startSpec(t, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != want {
+		t.Errorf("the sandbox's bundle is %d bytes, want the host's and the CA, %d", len(out), len(want))
+	}
 }

@@ -40,6 +40,9 @@ type initConfig struct {
 	// descriptors of detached mounts that cordon made on the host (see idmap.go), in one message on
 	// the status channel sent before this config, rather than as paths init looks up itself.
 	HostSources bool `json:"hostSources,omitempty"`
+	// EtcFiles is how many generated /etc files come as descriptors (etcFilesMsg, after the host
+	// sources) instead of inline: each such entry names its descriptor in File.
+	EtcFiles int `json:"etcFiles,omitempty"`
 	// Runtime, when set, says that init starts an OCI runtime on the root it built instead of
 	// executing the command itself (see Runtime).
 	Runtime *runtimeConfig `json:"runtime,omitempty"`
@@ -52,4 +55,7 @@ type etcEntry struct {
 	Target  string `json:"target,omitempty"`  // a symlink's target; for "cover", the entry bound over Name; for "mountpoint", "dir" or "file"
 	Content string `json:"content,omitempty"` // set for generated files
 	Binary  []byte `json:"binary,omitempty"`  // a generated file's bytes that are not text (a key store)
+	// File, for a generated file too large to travel in the config (the CA bundle, the Java trust
+	// store), is its descriptor's place in the etcFilesMsg, from 1; Content and Binary are then empty.
+	File int `json:"file,omitempty"`
 }

@@ -176,7 +176,17 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 			return 0, nil, err
 		}
 	}
-	err := buildRoot(cfg, srcs)
+	var etcFiles []*os.File
+	if cfg.EtcFiles > 0 {
+		var err error
+		etcFiles, err = receiveEtcFiles(statusFD, cfg.EtcFiles)
+		if err := step("receiving /etc's generated files", err); err != nil {
+			srcs.close()
+			return 0, nil, err
+		}
+	}
+	err := buildRoot(cfg, srcs, etcFiles)
+	closeAll(etcFiles)
 	starttrace.Mark("root built")
 	srcs.close() // attached now, or never: init keeps nothing of the host's open
 	if err != nil {

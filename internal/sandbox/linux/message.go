@@ -32,6 +32,9 @@ const (
 	// kindHostSources (parent → init, status socket, as root): the detached mounts of the host paths
 	// the sandbox shows, sent before the config that says so.
 	kindHostSources msgKind = "host-sources"
+	// kindEtcFiles (parent → init, status socket): the generated /etc files too large for the
+	// config, as sealed memfds, sent after the host sources and before the config that counts them.
+	kindEtcFiles msgKind = "etc-files"
 	// kindSockets (init → parent): the gateway's sockets, made inside the sandbox's network namespace.
 	kindSockets msgKind = "sockets"
 	// kindTerminal (init → parent): the master side of the sandbox's pseudo-terminal.
@@ -73,6 +76,11 @@ type hostSourcesMsg struct {
 }
 
 // socketsMsg carries the gateway's sockets, one descriptor per role, in order.
+// etcFilesMsg carries Count descriptors, one per generated /etc entry whose File names it.
+type etcFilesMsg struct {
+	Count int `json:"count"`
+}
+
 type socketsMsg struct {
 	Roles []socketRole `json:"roles"`
 }
@@ -111,6 +119,7 @@ type exitedMsg struct {
 func (*launchMsg) kind() msgKind      { return kindLaunch }
 func (*initConfig) kind() msgKind     { return kindConfig }
 func (*hostSourcesMsg) kind() msgKind { return kindHostSources }
+func (*etcFilesMsg) kind() msgKind    { return kindEtcFiles }
 func (*socketsMsg) kind() msgKind     { return kindSockets }
 func (*terminalMsg) kind() msgKind    { return kindTerminal }
 func (*failedMsg) kind() msgKind      { return kindFailed }
@@ -121,6 +130,7 @@ func (*exitedMsg) kind() msgKind      { return kindExited }
 func (*launchMsg) fds() int        { return 0 }
 func (*initConfig) fds() int       { return 0 }
 func (m *hostSourcesMsg) fds() int { return m.Count }
+func (m *etcFilesMsg) fds() int    { return m.Count }
 func (m *socketsMsg) fds() int     { return len(m.Roles) }
 func (*terminalMsg) fds() int      { return 1 }
 func (*failedMsg) fds() int        { return 0 }
@@ -135,6 +145,21 @@ func (*startedMsg) check() error  { return nil }
 func (c *initConfig) check() error {
 	if len(c.Spec.Args) == 0 {
 		return errors.New("no command")
+	}
+	if c.EtcFiles < 0 || c.EtcFiles > maxEtcFiles {
+		return fmt.Errorf("%d /etc files (0 to %d)", c.EtcFiles, maxEtcFiles)
+	}
+	for _, e := range c.Etc {
+		if e.File < 0 || e.File > c.EtcFiles || e.File > 0 && (e.Kind != "generated" || e.Content != "" || len(e.Binary) > 0) {
+			return fmt.Errorf("/etc/%s names descriptor %d of %d", e.Name, e.File, c.EtcFiles)
+		}
+	}
+	return nil
+}
+
+func (m *etcFilesMsg) check() error {
+	if m.Count < 1 || m.Count > maxEtcFiles {
+		return fmt.Errorf("%d /etc files (1 to %d)", m.Count, maxEtcFiles)
 	}
 	return nil
 }
@@ -209,6 +234,8 @@ func decodeMsg(b []byte) (message, error) {
 		m = &initConfig{}
 	case kindHostSources:
 		m = &hostSourcesMsg{}
+	case kindEtcFiles:
+		m = &etcFilesMsg{}
 	case kindSockets:
 		m = &socketsMsg{}
 	case kindTerminal:

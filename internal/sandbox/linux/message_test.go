@@ -23,6 +23,8 @@ func TestMessagesRoundTrip(t *testing.T) {
 			User: testUser, TTY: true, TTYRows: 24, TTYCols: 80, Etc: []etcEntry{{Name: "hosts", Kind: "generated", Content: "x"}},
 			LandlockABI: 6, HostSources: true},
 		&hostSourcesMsg{Count: 3},
+		&etcFilesMsg{Count: 2},
+		&initConfig{Spec: sandbox.Spec{Args: []string{"true"}}, Etc: []etcEntry{{Name: "cordon/ca-bundle.crt", Kind: "generated", File: 1}}, EtcFiles: 1},
 		&socketsMsg{Roles: []socketRole{roleTransparent, roleProxy, roleDNSTCP, roleDNSUDP}},
 		&terminalMsg{},
 		&failedMsg{Step: stepOverlay, Error: "create overlay: invalid argument", NoOverlay: true},
@@ -65,6 +67,10 @@ func TestMalformedMessagesRefused(t *testing.T) {
 		{"no sockets", `{"kind":"sockets","body":{"roles":[]}}`, "0 sockets"},
 		{"too many host paths", `{"kind":"host-sources","body":{"count":1000}}`, "host paths"},
 		{"config without command", `{"kind":"config","body":{"spec":{}}}`, "no command"},
+		{"no /etc files", `{"kind":"etc-files","body":{"count":0}}`, "/etc files"},
+		{"an /etc file beyond those sent", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","file":2}],"etcFiles":1}}`, "names descriptor 2 of 1"},
+		{"an /etc file both inline and sent", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","content":"a","file":1}],"etcFiles":1}}`, "names descriptor 1 of 1"},
+		{"a bound /etc entry named a descriptor", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"hosts","kind":"file","file":1}],"etcFiles":1}}`, "names descriptor"},
 	} {
 		_, err := decodeMsg([]byte(tc.wire))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,6 +5,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -83,10 +84,10 @@ func buildBase() error {
 // leaving nothing of the host visible but what the spec names (under a Runtime, it readies the
 // scratch root for the runtime instead and detaches the host's). srcs, when cordon runs as root, are
 // the workspace and policy paths as cordon opened them on the host.
-func buildRoot(cfg *initConfig, srcs *hostSources) error {
+func buildRoot(cfg *initConfig, srcs *hostSources, etcFiles []*os.File) error {
 	spec := &cfg.Spec
 	return runSteps([]rootStep{
-		{"building /etc", func() error { return buildEtc(cfg.Etc) }},
+		{"building /etc", func() error { return buildEtc(cfg.Etc, etcFiles) }},
 		{"mounting the workspace, home, /tmp and policy paths", func() error {
 			// Under a Runtime init is root in its namespace, and the overlay must be made as the
 			// sandbox user still: it writes its upper layer with its maker's ids.
@@ -202,7 +203,9 @@ func ensureTarget(dst string, dir bool) error {
 	return f.Close()
 }
 
-func buildEtc(entries []etcEntry) error {
+// buildEtc makes the sandbox's /etc from entries; a generated entry's content is inline or, when
+// its File is set, in that descriptor of files.
+func buildEtc(entries []etcEntry, files []*os.File) error {
 	etc := inRoot("/etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
@@ -217,7 +220,11 @@ func buildEtc(entries []etcEntry) error {
 		case "symlink":
 			err = os.Symlink(e.Target, dst)
 		case "generated":
-			err = os.WriteFile(dst, append([]byte(e.Content), e.Binary...), 0o644)
+			if e.File > 0 {
+				err = copyFrom(files[e.File-1], dst)
+			} else {
+				err = os.WriteFile(dst, append([]byte(e.Content), e.Binary...), 0o644)
+			}
 		case "dir-empty":
 			err = os.MkdirAll(dst, 0o755)
 		case "mountpoint":
@@ -240,6 +247,23 @@ func buildEtc(entries []etcEntry) error {
 		return fmt.Errorf("mount_setattr /etc: %w", err)
 	}
 	return nil
+}
+
+// copyFrom writes a new file dst (0644) with the whole content of f, from its start: the kernel
+// copies it (sendfile from cordon's memfd).
+func copyFrom(f *os.File, dst string) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, f); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // mountProc mounts the sandbox's /proc, and shows it at /proc of the scratch root too: init works
