@@ -10,7 +10,7 @@
 // that each take a few hundred microseconds; these marks cost a clock read and a write each.
 //
 //	CGO_ENABLED=0 go build -tags cordontrace -o bin/cordon-trace ./cmd/cordon
-//	go run ./bench/timeline -cordon bin/cordon-trace -n 40 [-baseline bin/cordon-trace-old] [-allow]
+//	go run ./bench/timeline -cordon bin/cordon-trace -n 40 [-baseline bin/cordon-trace-old] [-allow] [-policy FILE]
 package main
 
 import (
@@ -33,6 +33,7 @@ func main() {
 	baseline := flag.String("baseline", "", "another traced cordon binary, run in the same rounds")
 	n := flag.Int("n", 40, "runs of each binary")
 	allow := flag.Bool("allow", false, "attach the gateway (--allow example.test)")
+	policyFile := flag.String("policy", "", "run with this policy `file` (outside the project), to time what it sets up")
 	flag.Parse()
 
 	project, err := os.MkdirTemp("", "cordon-timeline-")
@@ -53,6 +54,13 @@ func main() {
 	args := []string{"run", "--workspace", project}
 	if *allow {
 		args = append(args, "--allow", "example.test")
+	}
+	if *policyFile != "" {
+		abs, err := filepath.Abs(*policyFile)
+		if err != nil {
+			fail(err)
+		}
+		args = append(args, "--policy", abs)
 	}
 	args = append(args, "--", "true")
 	env := append(os.Environ(), "XDG_STATE_HOME="+state)
