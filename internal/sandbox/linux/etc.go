@@ -244,13 +244,5 @@ func sealedFile(name string, b []byte) (*os.File, error) {
 
 // receiveEtcFiles reads the etcFilesMsg with want descriptors from the status channel.
 func receiveEtcFiles(sock, want int) ([]*os.File, error) {
-	m, files, err := newReceiver(sock, maxEtcFiles).recv()
-	if err != nil {
-		return nil, err
-	}
-	if em, ok := m.(*etcFilesMsg); !ok || em.Count != want {
-		closeAll(files)
-		return nil, fmt.Errorf("expected %d /etc files, received a %s message with %d", want, m.kind(), len(files))
-	}
-	return files, nil
+	return receiveDescriptors(sock, kindEtcFiles, want, maxEtcFiles, "/etc files")
 }

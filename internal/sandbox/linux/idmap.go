@@ -573,13 +573,9 @@ func receiveHostSources(sock int, spec *sandbox.Spec) (*hostSources, error) {
 	if spec.Workspace.Overlay != nil {
 		want++
 	}
-	m, files, err := newReceiver(sock, maxHostSources).recv()
+	files, err := receiveDescriptors(sock, kindHostSources, want, maxHostSources, "host paths")
 	if err != nil {
 		return nil, err
-	}
-	if hm, ok := m.(*hostSourcesMsg); !ok || hm.Count != want {
-		closeAll(files)
-		return nil, fmt.Errorf("expected %d host paths, received a %s message with %d", want, m.kind(), len(files))
 	}
 	s := &hostSources{workspace: files[0]}
 	rest := files[1:]

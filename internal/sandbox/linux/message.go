@@ -75,12 +75,12 @@ type hostSourcesMsg struct {
 	Count int `json:"count"`
 }
 
-// socketsMsg carries the gateway's sockets, one descriptor per role, in order.
 // etcFilesMsg carries Count descriptors, one per generated /etc entry whose File names it.
 type etcFilesMsg struct {
 	Count int `json:"count"`
 }
 
+// socketsMsg carries the gateway's sockets, one descriptor per role, in order.
 type socketsMsg struct {
 	Roles []socketRole `json:"roles"`
 }
@@ -274,6 +274,20 @@ func strictJSON(b []byte, v any) error {
 		return errors.New("trailing data")
 	}
 	return nil
+}
+
+// receiveDescriptors reads the next message from the status socket, which must be of kind and carry
+// want descriptors (what, for the error); anything else is refused and its descriptors closed.
+func receiveDescriptors(sock int, kind msgKind, want, max int, what string) ([]*os.File, error) {
+	m, files, err := newReceiver(sock, max).recv()
+	if err != nil {
+		return nil, err
+	}
+	if m.kind() != kind || len(files) != want {
+		closeAll(files)
+		return nil, fmt.Errorf("expected %d %s, received a %s message with %d", want, what, m.kind(), len(files))
+	}
+	return files, nil
 }
 
 // sendMsg sends m as one datagram on the status socket, with its descriptors.
