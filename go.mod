@@ -17,6 +17,7 @@ require (
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 	github.com/miekg/dns v1.1.73
+	github.com/pavlo-v-chernykh/keystore-go/v4 v4.5.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/crypto v0.58.0

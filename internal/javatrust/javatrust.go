@@ -3,7 +3,10 @@
 // own keystore, so a run whose gateway intercepts TLS, or whose upstreams use a private CA, needs a
 // keystore holding the host's Java roots plus those certificates, or every Java tool (gradle, maven)
 // fails with "PKIX path building failed". The host's store is read as it is (JKS, which Debian's
-// ca-certificates-java writes, or PKCS#12); the result is PKCS#12, which every Java since 9 reads.
+// ca-certificates-java writes, or PKCS#12). The result is JKS: every Java reads it (Java 9 and later
+// under the PKCS12 type too), and it is made on the start's path of every run that intercepts, where
+// JKS is a digest over the certificates as they are and PKCS#12 a DER encoding, an encryption and a
+// MAC, each with its key derivation (0.3 against 3 ms).
 package javatrust
 
 import (
@@ -15,13 +18,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/pavlo-v-chernykh/keystore-go/v4"
 	"software.sslmate.com/src/go-pkcs12"
 )
 
 // Password is the store's password, Java's customary one for trust stores: a trust store holds
 // public certificates only, and its password guards nothing but the file's integrity.
 const Password = "changeit"
+
+// StoreType is the store's type, as javax.net.ssl.trustStoreType names it.
+const StoreType = "JKS"
 
 // HostStores are where distributions keep the JDK-independent Java trust store, Debian's first.
 var HostStores = []string{
@@ -30,12 +38,13 @@ var HostStores = []string{
 	"/etc/pki/java/cacerts",
 }
 
-// Build returns a PKCS#12 trust store holding the certificates of the first readable store among
-// stores (JKS or PKCS#12 with Password or none) or, when there is none, those of the PEM bundle
-// fallback, plus the PEM certificates of extra. A store that exists but cannot be read is an error:
-// the sandbox would trust less than the host does without saying so.
+// Build returns a JKS trust store (Password, StoreType) holding the certificates of the first
+// readable store among stores (JKS or PKCS#12 with Password or none) or, when there is none, those
+// of the PEM bundle fallback, plus the PEM certificates of extra. A store that exists but cannot be
+// read is an error: the sandbox would trust less than the host does without saying so. The host
+// store's certificates are carried as they are, not parsed: they are what the host's Java trusts.
 func Build(stores []string, fallback, extra []byte) ([]byte, error) {
-	var roots []*x509.Certificate
+	var roots [][]byte
 	found := false
 	for _, p := range stores {
 		b, err := os.ReadFile(p)
@@ -52,32 +61,32 @@ func Build(stores []string, fallback, extra []byte) ([]byte, error) {
 		break
 	}
 	if !found {
-		roots = PEMCertificates(fallback)
+		roots = rawCertificates(fallback)
 	}
-	added := PEMCertificates(extra)
+	added := rawCertificates(extra)
 	if len(added) == 0 && len(bytes.TrimSpace(extra)) > 0 {
 		return nil, errors.New("javatrust: the certificates to add hold no PEM certificate")
 	}
-	entries := make([]pkcs12.TrustStoreEntry, 0, len(roots)+len(added))
-	seen := map[[32]byte]bool{}
-	for _, c := range append(roots, added...) {
-		sum := sha256.Sum256(c.Raw)
-		if seen[sum] {
-			continue
+	ks := keystore.New(keystore.WithOrderedAliases())
+	created := time.Now()
+	for _, der := range append(roots, added...) {
+		sum := sha256.Sum256(der)
+		// Aliases must differ (Java folds entries of one alias); a fingerprint prefix is stable,
+		// and a certificate given twice is one entry.
+		entry := keystore.TrustedCertificateEntry{CreationTime: created, Certificate: keystore.Certificate{Type: "X.509", Content: der}}
+		if err := ks.SetTrustedCertificateEntry("cordon-"+hex.EncodeToString(sum[:8]), entry); err != nil {
+			return nil, fmt.Errorf("javatrust: %w", err)
 		}
-		seen[sum] = true
-		// Aliases must differ (Java folds entries of one alias); a fingerprint prefix is stable.
-		entries = append(entries, pkcs12.TrustStoreEntry{Cert: c, FriendlyName: "cordon-" + hex.EncodeToString(sum[:8])})
 	}
-	out, err := pkcs12.Modern2023.EncodeTrustStoreEntries(entries, Password)
-	if err != nil {
+	var out bytes.Buffer
+	if err := ks.Store(&out, []byte(Password)); err != nil {
 		return nil, fmt.Errorf("javatrust: encoding the store: %w", err)
 	}
-	return out, nil
+	return out.Bytes(), nil
 }
 
-// Decode reads the trusted certificates of a JKS or PKCS#12 key store.
-func Decode(b []byte) ([]*x509.Certificate, error) {
+// Decode returns the DER of the trusted certificates of a JKS or PKCS#12 key store.
+func Decode(b []byte) ([][]byte, error) {
 	if isJKS(b) {
 		return decodeJKS(b)
 	}
@@ -85,14 +94,27 @@ func Decode(b []byte) ([]*x509.Certificate, error) {
 	for _, pw := range []string{Password, ""} {
 		certs, err := pkcs12.DecodeTrustStore(b, pw)
 		if err == nil {
-			return certs, nil
+			out := make([][]byte, len(certs))
+			for i, c := range certs {
+				out[i] = c.Raw
+			}
+			return out, nil
 		}
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("neither JKS nor a PKCS#12 trust store: %w", errors.Join(errs...))
 }
 
-// pemCerts parses every CERTIFICATE block of b, skipping what does not parse (a bundle may hold
+// rawCertificates is the DER of PEMCertificates(b).
+func rawCertificates(b []byte) [][]byte {
+	var out [][]byte
+	for _, c := range PEMCertificates(b) {
+		out = append(out, c.Raw)
+	}
+	return out
+}
+
+// PEMCertificates parses every CERTIFICATE block of b, skipping what does not parse (a bundle may hold
 // a certificate Go refuses, which the store then lacks, as Go's own pool would).
 func PEMCertificates(b []byte) []*x509.Certificate {
 	var out []*x509.Certificate

@@ -65,7 +65,7 @@ func TestDecodeKeytoolStores(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(certs) != 1 || !certs[0].Equal(ca.Cert) {
+			if len(certs) != 1 || !bytes.Equal(certs[0], ca.Cert.Raw) {
 				t.Fatalf("decoded %d certificates, want the CA", len(certs))
 			}
 		})
@@ -73,7 +73,9 @@ func TestDecodeKeytoolStores(t *testing.T) {
 }
 
 // TestBuildIsReadByKeytool: the store built from a host store plus extra certificates lists both to
-// Java's own tool; with no host store the PEM bundle's roots are taken.
+// Java's own tool, as the type the sandbox's JAVA_TOOL_OPTIONS names, and its integrity digest is
+// made with Password (keytool refuses the store under another); with no host store the PEM
+// bundle's roots are taken, and a certificate given twice is one entry.
 func TestBuildIsReadByKeytool(t *testing.T) {
 	kt := keytool(t)
 	host := testpki.NewCA(t, "host root")
@@ -95,20 +97,22 @@ func TestBuildIsReadByKeytool(t *testing.T) {
 		name     string
 		stores   []string
 		fallback []byte
+		extra    []byte
 	}{
-		{"host store", []string{filepath.Join(dir, "missing"), hostStore}, nil},
-		{"PEM fallback", []string{filepath.Join(dir, "missing")}, hostPEM},
+		{"host store", []string{filepath.Join(dir, "missing"), hostStore}, nil, extraPEM},
+		{"PEM fallback", []string{filepath.Join(dir, "missing")}, hostPEM, extraPEM},
+		{"a host root added again", []string{hostStore}, nil, append(append([]byte{}, hostPEM...), extraPEM...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := Build(tc.stores, tc.fallback, extraPEM)
+			b, err := Build(tc.stores, tc.fallback, tc.extra)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := filepath.Join(t.TempDir(), "store.p12")
+			out := filepath.Join(t.TempDir(), "store")
 			if err := os.WriteFile(out, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			list, err := exec.Command(kt, "-list", "-v", "-keystore", out, "-storepass", Password).CombinedOutput()
+			list, err := exec.Command(kt, "-list", "-v", "-keystore", out, "-storetype", StoreType, "-storepass", Password).CombinedOutput()
 			if err != nil {
 				t.Fatalf("keytool: %v\n%s", err, list)
 			}
@@ -116,6 +120,9 @@ func TestBuildIsReadByKeytool(t *testing.T) {
 				if !strings.Contains(string(list), want) {
 					t.Fatalf("keytool does not list %q:\n%s", want, list)
 				}
+			}
+			if list, err := exec.Command(kt, "-list", "-keystore", out, "-storetype", StoreType, "-storepass", "not"+Password).CombinedOutput(); err == nil {
+				t.Fatalf("keytool read the store with another password:\n%s", list)
 			}
 		})
 	}

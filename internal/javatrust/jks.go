@@ -1,7 +1,6 @@
 package javatrust
 
 import (
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -56,8 +55,8 @@ func (r *jksReader) u32() int {
 
 func (r *jksReader) utf() string { return string(r.take(r.u16())) }
 
-// cert reads one certificate (its type named in version 2) and parses it when it is X.509.
-func (r *jksReader) cert(version int) (*x509.Certificate, error) {
+// cert reads one certificate (its type named in version 2) and returns its DER when it is X.509.
+func (r *jksReader) cert(version int) ([]byte, error) {
 	typ := "X.509"
 	if version == 2 {
 		typ = r.utf()
@@ -69,15 +68,12 @@ func (r *jksReader) cert(version int) (*x509.Certificate, error) {
 	if typ != "X.509" {
 		return nil, nil
 	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("a certificate in the JKS store: %w", err)
-	}
-	return c, nil
+	return der, nil
 }
 
-// decodeJKS returns the trusted certificates of a JKS store; private key entries are skipped.
-func decodeJKS(b []byte) ([]*x509.Certificate, error) {
+// decodeJKS returns the DER of the trusted certificates of a JKS store; private key entries are
+// skipped.
+func decodeJKS(b []byte) ([][]byte, error) {
 	r := &jksReader{b: b}
 	r.take(4)
 	version := r.u32()
@@ -88,7 +84,7 @@ func decodeJKS(b []byte) ([]*x509.Certificate, error) {
 	if n < 0 || n > maxEntries {
 		return nil, fmt.Errorf("JKS store claims %d entries", n)
 	}
-	var out []*x509.Certificate
+	var out [][]byte
 	for range n {
 		tag := r.u32()
 		r.utf()   // alias

@@ -186,9 +186,9 @@ type Spec struct {
 const (
 	TrustedCAPath = "/etc/cordon/ca.crt"
 	CABundlePath  = "/etc/cordon/ca-bundle.crt"
-	// JavaTrustStorePath is a PKCS#12 trust store (password javatrust.Password) of the host's Java
+	// JavaTrustStorePath is a JKS trust store (password javatrust.Password) of the host's Java
 	// roots plus Spec.TrustCA, for Java, which reads neither the bundle nor the variables.
-	JavaTrustStorePath = "/etc/cordon/java-cacerts.p12"
+	JavaTrustStorePath = "/etc/cordon/java-cacerts.jks"
 )
 
 // Workspace is the project directory as the sandbox sees it.

@@ -417,7 +417,7 @@ var ExtraTrustVars = []string{"NODE_EXTRA_CA_CERTS"}
 // only its own trust store.
 func JavaOptions() string {
 	return "-Djavax.net.ssl.trustStore=" + sandbox.JavaTrustStorePath +
-		" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + javatrust.Password
+		" -Djavax.net.ssl.trustStoreType=" + javatrust.StoreType + " -Djavax.net.ssl.trustStorePassword=" + javatrust.Password
 }
 
 // Env is what the sandbox's environment needs: the explicit proxy for tools that want one (tools that

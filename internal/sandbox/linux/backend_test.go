@@ -338,7 +338,7 @@ func TestTrustCA(t *testing.T) {
 	ca := string(testpki.NewCA(t, "cordon test CA").PEM)
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	spec := testSpec(t, "sh", "-c", `cat /etc/cordon/ca.crt; echo @@; tail -c 1000 /etc/cordon/ca-bundle.crt; echo @@;
-tail -c 1000 /etc/ssl/certs/ca-certificates.crt; echo @@; test -s /etc/cordon/java-cacerts.p12 && echo JAVA-STORE;
+tail -c 1000 /etc/ssl/certs/ca-certificates.crt; echo @@; test -s /etc/cordon/java-cacerts.jks && echo JAVA-STORE;
 echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
 	spec.TrustCA = []byte(ca)
 	out, st, err := startSpec(t, spec)
