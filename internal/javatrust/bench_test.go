@@ -25,13 +25,12 @@ func BenchmarkReadBundle(b *testing.B) {
 
 // BenchmarkBuild is the Java store from the host's cacerts plus one CA.
 func BenchmarkBuild(b *testing.B) {
-	bundle, err := os.ReadFile(hostBundle)
-	if err != nil {
+	if _, err := os.Stat(hostBundle); err != nil {
 		b.Skip(err)
 	}
 	extra := testpki.NewCA(b, "bench CA").PEM
 	for b.Loop() {
-		if _, err := Build(HostStores, bundle, extra); err != nil {
+		if _, err := Build(HostStores, hostBundle, extra); err != nil {
 			b.Fatal(err)
 		}
 	}

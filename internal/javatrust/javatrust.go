@@ -40,10 +40,10 @@ var HostStores = []string{
 
 // Build returns a JKS trust store (Password, StoreType) holding the certificates of the first
 // readable store among stores (JKS or PKCS#12 with Password or none) or, when there is none, those
-// of the PEM bundle fallback, plus the PEM certificates of extra. A store that exists but cannot be
+// of the PEM bundle at the path fallback (none when it is ""), plus the PEM certificates of extra. A store that exists but cannot be
 // read is an error: the sandbox would trust less than the host does without saying so. The host
 // store's certificates are carried as they are, not parsed: they are what the host's Java trusts.
-func Build(stores []string, fallback, extra []byte) ([]byte, error) {
+func Build(stores []string, fallback string, extra []byte) ([]byte, error) {
 	var roots [][]byte
 	found := false
 	for _, p := range stores {
@@ -60,8 +60,12 @@ func Build(stores []string, fallback, extra []byte) ([]byte, error) {
 		found = true
 		break
 	}
-	if !found {
-		roots = rawCertificates(fallback)
+	if !found && fallback != "" {
+		b, err := os.ReadFile(fallback)
+		if err != nil {
+			return nil, fmt.Errorf("javatrust: %w", err)
+		}
+		roots = rawCertificates(b)
 	}
 	added := rawCertificates(extra)
 	if len(added) == 0 && len(bytes.TrimSpace(extra)) > 0 {

@@ -89,19 +89,20 @@ func TestBuildIsReadByKeytool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostPEM, err := os.ReadFile(host.WriteFile(t, t.TempDir()))
+	hostPEMFile := host.WriteFile(t, t.TempDir())
+	hostPEM, err := os.ReadFile(hostPEMFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name     string
 		stores   []string
-		fallback []byte
+		fallback string
 		extra    []byte
 	}{
-		{"host store", []string{filepath.Join(dir, "missing"), hostStore}, nil, extraPEM},
-		{"PEM fallback", []string{filepath.Join(dir, "missing")}, hostPEM, extraPEM},
-		{"a host root added again", []string{hostStore}, nil, append(append([]byte{}, hostPEM...), extraPEM...)},
+		{"host store", []string{filepath.Join(dir, "missing"), hostStore}, "", extraPEM},
+		{"PEM fallback", []string{filepath.Join(dir, "missing")}, hostPEMFile, extraPEM},
+		{"a host root added again", []string{hostStore}, hostPEMFile, append(append([]byte{}, hostPEM...), extraPEM...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := Build(tc.stores, tc.fallback, tc.extra)
@@ -136,10 +137,13 @@ func TestBuildRefuses(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("not a key store"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build([]string{bad}, nil, nil); err == nil {
+	if _, err := Build([]string{bad}, "", nil); err == nil {
 		t.Fatal("a store that is neither JKS nor PKCS#12 was accepted")
 	}
-	if _, err := Build(nil, nil, []byte("garbage")); err == nil {
+	if _, err := Build(nil, filepath.Join(dir, "missing.pem"), nil); err == nil {
+		t.Fatal("a fallback bundle that cannot be read was taken for an empty one")
+	}
+	if _, err := Build(nil, "", []byte("garbage")); err == nil {
 		t.Fatal("extra bytes without a certificate were accepted")
 	}
 }

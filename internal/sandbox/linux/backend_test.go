@@ -3,12 +3,15 @@
 package linux
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-sandbox/cordon/internal/javatrust"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/testpki"
 )
@@ -335,7 +339,8 @@ func TestEgressSetAtLaunch(t *testing.T) {
 // TestTrustCA checks the extra CA reaches the sandbox alone, in the bundle, and in the system bundle's
 // place, read-only, and that the host's own bundle is untouched.
 func TestTrustCA(t *testing.T) {
-	ca := string(testpki.NewCA(t, "cordon test CA").PEM)
+	pki := testpki.NewCA(t, "cordon test CA")
+	ca := string(pki.PEM)
 	host, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	spec := testSpec(t, "sh", "-c", `cat /etc/cordon/ca.crt; echo @@; tail -c 1000 /etc/cordon/ca-bundle.crt; echo @@;
 tail -c 1000 /etc/ssl/certs/ca-certificates.crt; echo @@; test -s /etc/cordon/java-cacerts.jks && echo JAVA-STORE;
@@ -361,23 +366,40 @@ echo x >> /etc/ssl/certs/ca-certificates.crt && echo WROTE`)
 	if after, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); string(after) != string(host) {
 		t.Error("the host's bundle changed")
 	}
-	// The bundle, larger than what travels inside the config, arrives whole through its descriptor.
+	// The bundle, which init copies from the host's, is the host's and the CA byte for byte; the
+	// Java store, larger than what travels inside the config, arrives whole through its descriptor.
 	want := string(host)
 	if want != "" && !strings.HasSuffix(want, "\n") {
 		want += "\n"
 	}
 	want += ca
-	if len(want) <= inlineEtcMax {
-		t.Logf("the host's bundle is %d bytes, within the config's inline limit: the descriptor path is not tried here", len(host))
-		return
-	}
-	spec = testSpec(t, "sh", "-c", "cat /etc/cordon/ca-bundle.crt")
+	spec = testSpec(t, "sh", "-c", "cat /etc/cordon/ca-bundle.crt; echo @@; base64 -w0 /etc/cordon/java-cacerts.jks")
 	spec.TrustCA = []byte(ca)
 	out, _, err = startSpec(t, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != want {
-		t.Errorf("the sandbox's bundle is %d bytes, want the host's and the CA, %d", len(out), len(want))
+	bundle, store, _ := strings.Cut(out, "\n@@\n")
+	if bundle+"\n" != want {
+		t.Errorf("the sandbox's bundle is %d bytes, want the host's and the CA, %d", len(bundle)+1, len(want))
+	}
+	b, err := base64.StdEncoding.DecodeString(store)
+	if err != nil {
+		t.Fatalf("the Java store: %v (%.100q)", err, store)
+	}
+	if len(b) <= inlineEtcMax {
+		t.Logf("the Java store is %d bytes, within the config's inline limit: the descriptor path is not tried here", len(b))
+	}
+	certs, err := javatrust.Decode(b)
+	if err != nil {
+		t.Fatalf("the Java store inside: %v", err)
+	}
+	if !slices.ContainsFunc(certs, func(der []byte) bool { return bytes.Equal(der, pki.Cert.Raw) }) {
+		t.Errorf("the Java store inside (%d certificates) lacks the CA", len(certs))
+	}
+	if hostStore, err := os.ReadFile(javatrust.HostStores[0]); err == nil {
+		if hc, err := javatrust.Decode(hostStore); err == nil && len(certs) != len(hc)+1 {
+			t.Errorf("the Java store inside has %d certificates, want the host's %d and the CA", len(certs), len(hc))
+		}
 	}
 }

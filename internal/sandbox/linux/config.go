@@ -58,4 +58,9 @@ type etcEntry struct {
 	// File, for a generated file too large to travel in the config (the CA bundle, the Java trust
 	// store), is its descriptor's place in the etcFilesMsg, from 1; Content and Binary are then empty.
 	File int `json:"file,omitempty"`
+	// HostPrefix, for a generated file, is a host file whose content comes before Content, with a
+	// newline after it when it has none: the CA bundle is the host's (some 225 KB) plus the run's
+	// CA, and init copies the host's part from the host itself, where cordon would read it on the
+	// start's path and send it again.
+	HostPrefix string `json:"hostPrefix,omitempty"`
 }

@@ -159,17 +159,19 @@ var hostBundles = []string{
 }
 
 // trustEntries adds the extra CAs: alone, with the host's bundle, and that bundle in place of the
-// system one, so that programs which ignore SSL_CERT_FILE and its kin trust them too.
+// system one, so that programs which ignore SSL_CERT_FILE and its kin trust them too. Init copies the
+// host's bundle itself (HostPrefix): cordon only finds it.
 func trustEntries(ca []byte) ([]etcEntry, error) {
-	var bundle []byte
+	var bundle string
 	for _, f := range hostBundles {
-		if b, err := os.ReadFile(f); err == nil && len(b) > 0 {
-			bundle = b
-			break
+		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			// Resolved here, on the host: init opens it under the host's root, where an absolute
+			// link would not lead to the same file.
+			if bundle, err = filepath.EvalSymlinks(f); err == nil {
+				break
+			}
+			bundle = ""
 		}
-	}
-	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
-		bundle = append(bundle, '\n')
 	}
 	// Java reads neither the bundle nor the variables: it gets a store of its own (JAVA_TOOL_OPTIONS
 	// names it), the host's Java roots plus ca.
@@ -181,7 +183,7 @@ func trustEntries(ca []byte) ([]etcEntry, error) {
 	out := []etcEntry{
 		{Name: filepath.Dir(rel(sandbox.TrustedCAPath)), Kind: "dir-empty"},
 		{Name: rel(sandbox.TrustedCAPath), Kind: "generated", Content: string(ca)},
-		{Name: rel(sandbox.CABundlePath), Kind: "generated", Content: string(bundle) + string(ca)},
+		{Name: rel(sandbox.CABundlePath), Kind: "generated", Content: string(ca), HostPrefix: bundle},
 		{Name: rel(sandbox.JavaTrustStorePath), Kind: "generated", Binary: java},
 	}
 	if _, err := os.Stat("/etc/" + systemBundle); err == nil {
@@ -191,8 +193,9 @@ func trustEntries(ca []byte) ([]etcEntry, error) {
 }
 
 // inlineEtcMax is the largest generated /etc file that travels inside the config; larger ones (the
-// CA bundle, some 225 KB, and the Java trust store) go as descriptors. Inline, their half megabyte
-// of JSON took 6 ms to encode in cordon and 10 ms to decode in init, both on the start's path.
+// Java trust store, some 170 KB) go as descriptors. Inline, it and the CA bundle (which init now
+// copies from the host, HostPrefix) took 6 ms to encode as JSON in cordon and 10 ms to decode in
+// init, both on the start's path.
 const inlineEtcMax = 16 << 10
 
 // maxEtcFiles bounds the etcFilesMsg: the generated files that can be large are few.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -152,6 +153,9 @@ func (c *initConfig) check() error {
 	for _, e := range c.Etc {
 		if e.File < 0 || e.File > c.EtcFiles || e.File > 0 && (e.Kind != "generated" || e.Content != "" || len(e.Binary) > 0) {
 			return fmt.Errorf("/etc/%s names descriptor %d of %d", e.Name, e.File, c.EtcFiles)
+		}
+		if e.HostPrefix != "" && (e.Kind != "generated" || e.File > 0 || !filepath.IsAbs(e.HostPrefix) || filepath.Clean(e.HostPrefix) != e.HostPrefix) {
+			return fmt.Errorf("/etc/%s: host prefix %q", e.Name, e.HostPrefix)
 		}
 	}
 	return nil

@@ -24,7 +24,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 			LandlockABI: 6, HostSources: true},
 		&hostSourcesMsg{Count: 3},
 		&etcFilesMsg{Count: 2},
-		&initConfig{Spec: sandbox.Spec{Args: []string{"true"}}, Etc: []etcEntry{{Name: "cordon/ca-bundle.crt", Kind: "generated", File: 1}}, EtcFiles: 1},
+		&initConfig{Spec: sandbox.Spec{Args: []string{"true"}}, Etc: []etcEntry{{Name: "cordon/java-cacerts.jks", Kind: "generated", File: 1}, {Name: "cordon/ca-bundle.crt", Kind: "generated", Content: "CA", HostPrefix: "/etc/ssl/certs/ca-certificates.crt"}}, EtcFiles: 1},
 		&socketsMsg{Roles: []socketRole{roleTransparent, roleProxy, roleDNSTCP, roleDNSUDP}},
 		&terminalMsg{},
 		&failedMsg{Step: stepOverlay, Error: "create overlay: invalid argument", NoOverlay: true},
@@ -71,6 +71,10 @@ func TestMalformedMessagesRefused(t *testing.T) {
 		{"an /etc file beyond those sent", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","file":2}],"etcFiles":1}}`, "names descriptor 2 of 1"},
 		{"an /etc file both inline and sent", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","content":"a","file":1}],"etcFiles":1}}`, "names descriptor 1 of 1"},
 		{"a bound /etc entry named a descriptor", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"hosts","kind":"file","file":1}],"etcFiles":1}}`, "names descriptor"},
+		{"a host prefix on a bound /etc entry", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"hosts","kind":"file","hostPrefix":"/etc/shadow"}]}}`, "host prefix"},
+		{"a relative host prefix", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","hostPrefix":"etc/ssl/cert.pem"}]}}`, "host prefix"},
+		{"a host prefix that climbs", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","hostPrefix":"/etc/../root/x"}]}}`, "host prefix"},
+		{"a host prefix and a descriptor", `{"kind":"config","body":{"spec":{"args":["true"]},"etc":[{"name":"x","kind":"generated","file":1,"hostPrefix":"/etc/ssl/cert.pem"}],"etcFiles":1}}`, "host prefix"},
 	} {
 		_, err := decodeMsg([]byte(tc.wire))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -220,9 +220,12 @@ func buildEtc(entries []etcEntry, files []*os.File) error {
 		case "symlink":
 			err = os.Symlink(e.Target, dst)
 		case "generated":
-			if e.File > 0 {
+			switch {
+			case e.File > 0:
 				err = copyFrom(files[e.File-1], dst)
-			} else {
+			case e.HostPrefix != "":
+				err = writeAfterHostFile(host(e.HostPrefix), dst, append([]byte(e.Content), e.Binary...))
+			default:
 				err = os.WriteFile(dst, append([]byte(e.Content), e.Binary...), 0o644)
 			}
 		case "dir-empty":
@@ -264,6 +267,34 @@ func copyFrom(f *os.File, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// writeAfterHostFile writes a new file dst (0644): the content of the host file src (the kernel
+// copies it), a newline when that does not end in one, then b.
+func writeAfterHostFile(src, dst string, b []byte) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(out, in)
+	if err == nil && n > 0 {
+		last := make([]byte, 1)
+		if _, err = in.ReadAt(last, n-1); err == nil && last[0] != '\n' {
+			b = append([]byte{'\n'}, b...)
+		}
+	}
+	if err == nil {
+		_, err = out.Write(b)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // mountProc mounts the sandbox's /proc, and shows it at /proc of the scratch root too: init works
