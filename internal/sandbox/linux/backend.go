@@ -171,7 +171,7 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 			userns.Close()
 		}
 		if err == nil {
-			err = sendMsg(int(l.statR.Fd()), &hostSourcesMsg{Count: len(files)}, files...)
+			err = l.sendStatus(&hostSourcesMsg{Count: len(files)}, files...)
 			closeAll(files)
 		}
 		var se *sandbox.SetupError
@@ -184,7 +184,7 @@ func (l *launched) start(ctx context.Context, spec *sandbox.Spec) (sandbox.Sandb
 		cfg.HostSources = true
 	}
 	if len(etcFiles) > 0 {
-		if err := sendMsg(int(l.statR.Fd()), &etcFilesMsg{Count: len(etcFiles)}, etcFiles...); err != nil {
+		if err := l.sendStatus(&etcFilesMsg{Count: len(etcFiles)}, etcFiles...); err != nil {
 			return fail(&sandbox.SetupError{Step: "sending /etc", Err: err})
 		}
 	}
@@ -306,6 +306,15 @@ func validate(spec *sandbox.Spec) error {
 	return nil
 }
 
+// sendStatus sends m to init on the status socket, before the config.
+func (l *launched) sendStatus(m message, files ...*os.File) error {
+	e, err := pollEndpoint(l.statR)
+	if err != nil {
+		return err
+	}
+	return sendMsgOn(e, m, files...)
+}
+
 // clone starts init in fresh namespaces, with the launch message as its argv[1].
 func (l *launched) clone() error {
 	ls := &l.ls
@@ -323,6 +332,13 @@ func (l *launched) clone() error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		cfgW.Close()
+		return &sandbox.SetupError{Step: "creating the status channel", Err: err}
+	}
+	// Cordon's end is non-blocking, and so in the runtime's poller (endpoint); init's blocks.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		cfgW.Close()
+		unix.Close(fds[0])
+		unix.Close(fds[1])
 		return &sandbox.SetupError{Step: "creating the status channel", Err: err}
 	}
 	statR, statW := os.NewFile(uintptr(fds[0]), "status"), os.NewFile(uintptr(fds[1]), "status")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -294,8 +295,81 @@ func receiveDescriptors(sock int, kind msgKind, want, max int, what string) ([]*
 	return files, nil
 }
 
-// sendMsg sends m as one datagram on the status socket, with its descriptors.
+// endpoint is one end of the status socket, used by its descriptor or through the runtime's poller.
+// Init blocks on its descriptor: its one locked thread has nothing else to do. Cordon's end is in the
+// poller (pollEndpoint), so that a goroutine waiting for init's messages (the whole of init's start,
+// then the command's run) parks and hands its processor back. Held in a blocking recvmsg, the
+// processor was in a system call, and while no other was idle Go's monitor thread took it back every
+// 20 µs, each a wake-up and a context switch, for the whole wait.
+type endpoint struct {
+	fd int
+	rc syscall.RawConn // when set, fd is not used
+}
+
+// pollEndpoint is f's endpoint in the poller; f must have been made non-blocking before os.NewFile
+// (so that it is in the poller), and f.Fd must never be called: it makes f blocking again.
+func pollEndpoint(f *os.File) (endpoint, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return endpoint{}, err
+	}
+	return endpoint{rc: rc}, nil
+}
+
+// recvmsg reads one datagram, waiting for it; descriptors received are close-on-exec.
+func (e endpoint) recvmsg(p, oob []byte) (n, oobn, flags int, err error) {
+	if e.rc == nil {
+		for {
+			n, oobn, flags, _, err = unix.Recvmsg(e.fd, p, oob, unix.MSG_CMSG_CLOEXEC)
+			if err != unix.EINTR {
+				return n, oobn, flags, err
+			}
+		}
+	}
+	perr := e.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, flags, _, err = unix.Recvmsg(int(fd), p, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
+		}
+	})
+	if perr != nil {
+		return 0, 0, 0, perr
+	}
+	return n, oobn, flags, err
+}
+
+// sendmsg sends one datagram, waiting for room.
+func (e endpoint) sendmsg(p, oob []byte) error {
+	var err error
+	if e.rc == nil {
+		for {
+			if err = unix.Sendmsg(e.fd, p, oob, nil, 0); err != unix.EINTR {
+				return err
+			}
+		}
+	}
+	perr := e.rc.Write(func(fd uintptr) bool {
+		for {
+			if err = unix.Sendmsg(int(fd), p, oob, nil, unix.MSG_DONTWAIT); err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
+		}
+	})
+	if perr != nil {
+		return perr
+	}
+	return err
+}
+
+// sendMsg sends m as one datagram on the status socket sock, with its descriptors.
 func sendMsg(sock int, m message, files ...*os.File) error {
+	return sendMsgOn(endpoint{fd: sock}, m, files...)
+}
+
+// sendMsgOn sends m as one datagram on the status socket's end e, with its descriptors.
+func sendMsgOn(e endpoint, m message, files ...*os.File) error {
 	if len(files) != m.fds() {
 		return fmt.Errorf("a %s message with %d descriptors, not %d", m.kind(), len(files), m.fds())
 	}
@@ -311,13 +385,7 @@ func sendMsg(sock int, m message, files ...*os.File) error {
 		}
 		oob = unix.UnixRights(fds...)
 	}
-	for {
-		err = unix.Sendmsg(sock, b, oob, nil, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := e.sendmsg(b, oob); err != nil {
 		return fmt.Errorf("sending the %s message: %w", m.kind(), err)
 	}
 	return nil
@@ -325,14 +393,24 @@ func sendMsg(sock int, m message, files ...*os.File) error {
 
 // receiver reads messages from the status socket, with buffers for the largest it takes.
 type receiver struct {
-	sock     int
+	end      endpoint
 	buf, oob []byte
 }
 
 // newReceiver reads from sock messages that carry at most maxFDs descriptors.
-func newReceiver(sock, maxFDs int) *receiver {
-	return &receiver{sock: sock, buf: make([]byte, 64<<10), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}
+func newReceiver(sock, maxFDs int) *receiver { return newReceiverOn(endpoint{fd: sock}, maxFDs) }
+
+// newReceiverOn reads from the end e messages that carry at most maxFDs descriptors.
+func newReceiverOn(e endpoint, maxFDs int) *receiver {
+	return &receiver{end: e, buf: make([]byte, 64<<10), oob: make([]byte, unix.CmsgSpace(4*maxFDs))}
 }
+
+// malformedError is a message recv refused, as against the channel failing: the reader may go on
+// to the next one.
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string { return e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
 
 // errChannelClosed says the other end closed the status socket (or ended) without another message.
 var errChannelClosed = errors.New("the status channel closed")
@@ -341,14 +419,7 @@ var errChannelClosed = errors.New("the status channel closed")
 // message that does not decode, or whose descriptors are not the number it says, is refused and
 // its descriptors closed.
 func (r *receiver) recv() (message, []*os.File, error) {
-	var n, oobn, flags int
-	var err error
-	for {
-		n, oobn, flags, _, err = unix.Recvmsg(r.sock, r.buf, r.oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	n, oobn, flags, err := r.end.recvmsg(r.buf, r.oob)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -356,13 +427,13 @@ func (r *receiver) recv() (message, []*os.File, error) {
 	if oobn > 0 {
 		cmsgs, err := unix.ParseSocketControlMessage(r.oob[:oobn])
 		if err != nil {
-			return nil, nil, fmt.Errorf("malformed control message: %w", err)
+			return nil, nil, &malformedError{fmt.Errorf("malformed control message: %w", err)}
 		}
 		for _, c := range cmsgs {
 			fds, err := unix.ParseUnixRights(&c)
 			if err != nil {
 				closeAll(files)
-				return nil, nil, fmt.Errorf("malformed control message: %w", err)
+				return nil, nil, &malformedError{fmt.Errorf("malformed control message: %w", err)}
 			}
 			for _, fd := range fds {
 				files = append(files, os.NewFile(uintptr(fd), "received"))
@@ -374,7 +445,7 @@ func (r *receiver) recv() (message, []*os.File, error) {
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		closeAll(files)
-		return nil, nil, errors.New("malformed message: truncated")
+		return nil, nil, &malformedError{errors.New("malformed message: truncated")}
 	}
 	m, err := decodeMsg(r.buf[:n])
 	if err == nil && len(files) != m.fds() {
@@ -382,7 +453,7 @@ func (r *receiver) recv() (message, []*os.File, error) {
 	}
 	if err != nil {
 		closeAll(files)
-		return nil, nil, err
+		return nil, nil, &malformedError{err}
 	}
 	return m, files, nil
 }

@@ -3,10 +3,12 @@
 package linux
 
 import (
+	"errors"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -84,17 +86,40 @@ func TestMalformedMessagesRefused(t *testing.T) {
 }
 
 // TestMessagesOverSocket: over a real status socket, descriptors travel with the message that
-// names them, and a message whose descriptors are not the number it says is refused, its
-// descriptors closed rather than kept.
+// names them, and a message whose descriptors are not the number it says is refused as malformed
+// (which awaitExit reads past), its descriptors closed rather than kept; the same whether the
+// receiving end blocks on its descriptor (init's) or waits in the runtime's poller (cordon's).
 func TestMessagesOverSocket(t *testing.T) {
+	for _, polled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "blocking", true: "poller"}[polled], func(t *testing.T) {
+			testMessagesOverSocket(t, polled)
+		})
+	}
+}
+
+func testMessagesOverSocket(t *testing.T, polled bool) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if polled {
+		if err := unix.SetNonblock(fds[1], true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
 	defer a.Close()
 	defer b.Close()
-	r := newReceiver(int(b.Fd()), maxSockets)
+	var r *receiver
+	if polled {
+		e, err := pollEndpoint(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = newReceiverOn(e, maxSockets)
+	} else {
+		r = newReceiver(int(b.Fd()), maxSockets)
+	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -135,13 +160,14 @@ func TestMessagesOverSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var malformed *malformedError
 	forge(&terminalMsg{})
-	if m, files, err := r.recv(); err == nil || !strings.Contains(err.Error(), "descriptors") {
+	if m, files, err := r.recv(); !errors.As(err, &malformed) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a terminal message without its descriptor: got %T, %d files, %v", m, len(files), err)
 	}
 	before := openFDs(t)
 	forge(&startedMsg{}, devnull)
-	if m, files, err := r.recv(); err == nil || !strings.Contains(err.Error(), "descriptors") {
+	if m, files, err := r.recv(); !errors.As(err, &malformed) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a started message with a descriptor: got %T, %d files, %v", m, len(files), err)
 	}
 	if after := openFDs(t); after != before {
@@ -150,6 +176,69 @@ func TestMessagesOverSocket(t *testing.T) {
 	a.Close()
 	if _, _, err := r.recv(); err != errChannelClosed {
 		t.Errorf("after the peer closed: %v, want errChannelClosed", err)
+	}
+}
+
+// TestPolledEndpoint: cordon's end of the status socket sends to init's blocking end, waits for a
+// message that comes later without holding a thread, and a wait on it ends, not as a malformed
+// message, when the end is closed under it.
+func TestPolledEndpoint(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	cordonEnd, initEnd := os.NewFile(uintptr(fds[0]), "cordon"), os.NewFile(uintptr(fds[1]), "init")
+	defer initEnd.Close()
+	e, err := pollEndpoint(cordonEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sendMsgOn(e, &etcFilesMsg{Count: 1}, initEnd); err != nil {
+		t.Fatal(err)
+	}
+	files, err := receiveDescriptors(int(initEnd.Fd()), kindEtcFiles, 1, maxEtcFiles, "files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAll(files)
+
+	type result struct {
+		m   message
+		err error
+	}
+	got := make(chan result, 1)
+	r := newReceiverOn(e, 1)
+	go func() {
+		m, files, err := r.recv()
+		closeAll(files)
+		got <- result{m, err}
+	}()
+	time.Sleep(10 * time.Millisecond) // the receiver is waiting before the message is sent
+	if err := sendMsg(int(initEnd.Fd()), &exitedMsg{Code: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; res.err != nil || res.m.(*exitedMsg).Code != 3 {
+		t.Fatalf("got %#v, %v; want the exited message", res.m, res.err)
+	}
+
+	go func() {
+		m, files, err := r.recv()
+		closeAll(files)
+		got <- result{m, err}
+	}()
+	time.Sleep(10 * time.Millisecond)
+	cordonEnd.Close()
+	select {
+	case res := <-got:
+		var malformed *malformedError
+		if res.err == nil || errors.As(res.err, &malformed) {
+			t.Fatalf("a receive on a closed end: %#v, %v; want a channel error", res.m, res.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a receive went on waiting on an end that was closed")
 	}
 }
 

@@ -136,7 +136,11 @@ func sendConfig(w *os.File, cfg *initConfig) error {
 // pseudo-terminal's master and the gateway's sockets when init sends them. It returns a
 // *startedMsg, *failedMsg or *execFailedMsg.
 func (s *running) readStatus(f *os.File) (message, error) {
-	r := newReceiver(int(f.Fd()), maxSockets)
+	e, err := pollEndpoint(f)
+	if err != nil {
+		return nil, err
+	}
+	r := newReceiverOn(e, maxSockets)
 	for {
 		m, files, err := r.recv()
 		if err != nil {
@@ -166,6 +170,7 @@ func (s *running) readStatus(f *os.File) (message, error) {
 
 // wait reaps init. Only this goroutine waits for init's pid, so the pid stays init's until then.
 func (s *running) wait() {
+	s.untilExited()
 	for {
 		_, err := unix.Wait4(s.pid, &s.waitStatus, 0, nil)
 		if err != unix.EINTR {
@@ -177,6 +182,38 @@ func (s *running) wait() {
 	s.pidfd = -1
 	s.pidMu.Unlock()
 	close(s.done)
+}
+
+// untilExited returns once init has exited, parked in the runtime's poller on a duplicate of its
+// pidfd (readable when the process has ended) rather than in a wait4 that holds one of cordon's
+// processors in a system call for the whole run (see endpoint). When that cannot be done it returns
+// at once, and wait's wait4 blocks as before.
+func (s *running) untilExited() {
+	s.pidMu.Lock()
+	fd, err := unix.FcntlInt(uintptr(s.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	s.pidMu.Unlock()
+	if err != nil {
+		return
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 0)
+			if err != unix.EINTR {
+				return err != nil || n > 0
+			}
+		}
+	})
 }
 
 // describe says how init ended, for error messages.
@@ -194,16 +231,20 @@ func describe(ws unix.WaitStatus) string {
 // without sending it (killed, timed out), exited is never closed and Wait goes by init's own status.
 func (s *running) awaitExit(f *os.File) {
 	defer f.Close()
-	r := newReceiver(int(f.Fd()), 1)
+	e, err := pollEndpoint(f)
+	if err != nil {
+		return
+	}
+	r := newReceiverOn(e, 1)
 	for {
 		m, files, err := r.recv()
 		closeAll(files)
-		var errno unix.Errno
-		if errors.Is(err, errChannelClosed) || errors.As(err, &errno) {
-			return
+		var malformed *malformedError
+		if errors.As(err, &malformed) {
+			continue // a malformed message is not the end; init's own status will tell
 		}
 		if err != nil {
-			continue // a malformed message is not the end; init's own status will tell
+			return
 		}
 		if m, ok := m.(*exitedMsg); ok {
 			s.code = m.Code
