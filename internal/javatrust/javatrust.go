@@ -40,9 +40,10 @@ var HostStores = []string{
 
 // Build returns a JKS trust store (Password, StoreType) holding the certificates of the first
 // readable store among stores (JKS or PKCS#12 with Password or none) or, when there is none, those
-// of the PEM bundle at the path fallback (none when it is ""), plus the PEM certificates of extra. A store that exists but cannot be
-// read is an error: the sandbox would trust less than the host does without saying so. The host
-// store's certificates are carried as they are, not parsed: they are what the host's Java trusts.
+// of the PEM bundle at the path fallback (none when it is ""), plus the PEM certificates of extra.
+// A store that exists but cannot be read is an error: the sandbox would trust less than the host
+// does without saying so. The host store's certificates are carried as they are, not parsed: they
+// are what the host's Java trusts.
 func Build(stores []string, fallback string, extra []byte) ([]byte, error) {
 	var roots [][]byte
 	found := false
