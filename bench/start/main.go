@@ -1,6 +1,8 @@
 // Command start measures how long it takes to run `true` inside a cordon sandbox, without and with
-// the egress gateway attached (--allow, so the gateway's sockets and nftables rules are set up),
-// against plain fork/exec of `true` and against bubblewrap with all namespaces unshared. Contenders
+// the egress gateway attached (--allow, so the gateway's sockets and nftables rules are set up), and
+// with a policy whose gateway terminates TLS (network.tls.inspect, as any credential or HTTP rule
+// makes it: the run's CA, the sandbox's CA bundle and Java trust store), against plain fork/exec of
+// `true` and against bubblewrap with all namespaces unshared. Contenders
 // are interleaved round by round, so that the machine's state (other jobs on a shared machine)
 // affects every contender alike, and each ratio is taken within a round before its median and
 // spread are reported. It also prints cordon's own peak memory during a run. With -runsc, the gVisor
@@ -49,6 +51,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	// The policy lives outside the workspace, as cordon requires.
+	inspect := filepath.Join(state, "inspect.yaml")
+	if err := os.WriteFile(inspect, []byte("version: 1\nnetwork:\n  allow: [example.test]\n  tls:\n    inspect: [example.test]\n"), 0o644); err != nil {
+		fail(err)
+	}
 
 	// Every contender starts with the descriptors a shell gives it, 0-2: one inherited from
 	// whatever started the benchmark (a harness's pipe at 251, say) would size the descriptor tables
@@ -77,6 +84,7 @@ func main() {
 		{name: "fork/exec true", argv: []string{truePath}},
 		{name: "cordon run -- true", argv: []string{bin, "run", "--workspace", project, "--", "true"}},
 		{name: "cordon run --allow -- true", argv: []string{bin, "run", "--workspace", project, "--allow", "example.test", "--", "true"}},
+		{name: "cordon run, TLS inspected", argv: []string{bin, "run", "--workspace", project, "--policy", inspect, "--", "true"}},
 	}
 	if *baseline != "" {
 		old, err := filepath.Abs(*baseline)
@@ -84,7 +92,8 @@ func main() {
 			fail(err)
 		}
 		cs = append(cs, &contender{name: "baseline run -- true", argv: []string{old, "run", "--workspace", project, "--", "true"}},
-			&contender{name: "baseline run --allow -- true", argv: []string{old, "run", "--workspace", project, "--allow", "example.test", "--", "true"}})
+			&contender{name: "baseline run --allow -- true", argv: []string{old, "run", "--workspace", project, "--allow", "example.test", "--", "true"}},
+			&contender{name: "baseline run, TLS inspected", argv: []string{old, "run", "--workspace", project, "--policy", inspect, "--", "true"}})
 	}
 	if *runsc != "" {
 		rs, err := filepath.Abs(*runsc)
@@ -164,6 +173,9 @@ func main() {
 	ratio("cordon run --allow -- true", "cordon run -- true", "  the gateway's own cost")
 	ratio("cordon run -- true", "baseline run -- true", "  against the baseline build")
 	ratio("cordon run --allow -- true", "baseline run --allow -- true", "  against the baseline build")
+	ratio("cordon run, TLS inspected", "bwrap --unshare-all true", "")
+	ratio("cordon run, TLS inspected", "cordon run --allow -- true", "  interception's own cost")
+	ratio("cordon run, TLS inspected", "baseline run, TLS inspected", "  against the baseline build")
 	ratio("cordon run --isolation gvisor", "runsc do true", "  target <= 1.3x (issue 18)")
 	ratio("cordon run --isolation gvisor", "runsc do true, fd 255 open", "  against bare runsc with cordon's descriptor table")
 	ratio("runsc do true", "runsc do true, fd 255 open", "  bare runsc's own grace-period wait")
