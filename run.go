@@ -458,14 +458,19 @@ func (r *Run) wait(ctx context.Context, code int) (Exit, error) {
 // says the record was made durable during the run (lazySync); the end of a kept run is made durable
 // here, that of a removed one never reaches the disk.
 func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
-	if err := r.rec.FinishLazy(code); err != nil {
-		r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
-	}
 	if err := workspace.Release(r.rec); err != nil {
 		r.b.warn.degraded(fmt.Sprintf("releasing the workspace: %v", err))
 	}
 	r.b.dropCacheLayers(r.rec.Dir)
+	// The run's end is recorded by the removal's judgement (FinishRemoveIf), or here for a run that
+	// is kept; finished says it was.
+	finished := false
 	keep := func(n int, why KeepReason) (int, KeepReason) {
+		if !finished {
+			if err := r.rec.FinishLazy(code); err != nil {
+				r.b.warn.degraded(fmt.Sprintf("recording the run's end: %v", err))
+			}
+		}
 		sync := r.rec.Sync // the whole record: nothing of it reached the disk yet
 		if durable {
 			// The record reached the disk during the run; since then its end was written, and the
@@ -485,13 +490,16 @@ func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
 	if why := r.keepReason(len(changes), failed); why != "" {
 		return keep(len(changes), why)
 	}
-	// Judged again under the run's lock: nothing else may have touched it meanwhile, but a run is
-	// only ever removed by what its record says now.
-	removed, err := r.rec.RemoveIf(func(m runstate.Meta) (bool, error) { return m.State == runstate.StateExited, nil })
+	// Judged again under the run's lock, with its end recorded: nothing else may have touched it
+	// meanwhile, but a run is only ever removed by what its record says now.
+	removed, err := r.rec.FinishRemoveIf(code, func(m runstate.Meta) (bool, error) { return m.State == runstate.StateExited, nil })
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("removing the unchanged run: %v", err))
 	}
 	if !removed {
+		// Its end is written unless the lock or the record could not be had; FinishLazy then
+		// tries once more, and reports.
+		finished = err == nil
 		return keep(0, KeptFailed)
 	}
 	return 0, ""

@@ -326,6 +326,44 @@ func TestFinishLazy(t *testing.T) {
 	}
 }
 
+// TestFinishRemoveIf: the judgement sees the end recorded (exited, its code); a run it removes is
+// gone, its meta.json never rewritten first; a run it keeps has the end on disk.
+func TestFinishRemoveIf(t *testing.T) {
+	s := Store{Root: t.TempDir()}
+	for _, remove := range []bool{true, false} {
+		r, err := s.CreateLazy(Meta{Project: "/p", Command: []string{"agent"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.Stat(filepath.Join(r.Dir, metaFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed, err := r.FinishRemoveIf(3, func(m Meta) (bool, error) {
+			if m.State != StateExited || m.ExitCode != 3 || m.Ended.IsZero() {
+				t.Errorf("the judgement saw %+v, want the end recorded", m)
+			}
+			if now, err := os.Stat(filepath.Join(r.Dir, metaFile)); err != nil || !os.SameFile(before, now) {
+				t.Errorf("meta.json was rewritten before the judgement (%v)", err)
+			}
+			return remove, nil
+		})
+		if err != nil || removed != remove {
+			t.Fatalf("FinishRemoveIf = %v, %v; want %v", removed, err, remove)
+		}
+		if remove {
+			if _, err := os.Stat(r.Dir); !os.IsNotExist(err) {
+				t.Fatalf("the removed run's directory: %v", err)
+			}
+			continue
+		}
+		got, err := Load(r.Dir)
+		if err != nil || got.Meta.State != StateExited || got.Meta.ExitCode != 3 || got.Meta.Ended.IsZero() {
+			t.Fatalf("the kept run: %+v, %v; want its end written", got, err)
+		}
+	}
+}
+
 // zombie starts a child that exits at once and is not reaped until the test ends, and returns its
 // pid and start time: the process a killed cordon leaves while its parent has not waited for it.
 func zombie(t *testing.T) (int, uint64) {
