@@ -490,9 +490,10 @@ func (r *Run) finish(code int, failed, durable bool) (int, KeepReason) {
 	if why := r.keepReason(len(changes), failed); why != "" {
 		return keep(len(changes), why)
 	}
-	// Judged again under the run's lock, with its end recorded: nothing else may have touched it
-	// meanwhile, but a run is only ever removed by what its record says now.
-	removed, err := r.rec.FinishRemoveIf(code, func(m runstate.Meta) (bool, error) { return m.State == runstate.StateExited, nil })
+	// Judged again under the run's lock: a run is only ever removed by what its record says now,
+	// and it must still be the running run this cordon recorded (no other cordon applied,
+	// discarded or otherwise ended it meanwhile). Its end is recorded only if it stays.
+	removed, err := r.rec.FinishRemoveIf(code, func(m runstate.Meta) (bool, error) { return m.State == runstate.StateRunning, nil })
 	if err != nil {
 		r.b.warn.degraded(fmt.Sprintf("removing the unchanged run: %v", err))
 	}

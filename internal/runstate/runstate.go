@@ -306,16 +306,17 @@ func (r *Run) RemoveIf(remove func(Meta) (bool, error)) (bool, error) {
 	return r.removeIf(nil, remove)
 }
 
-// FinishRemoveIf is FinishLazy and RemoveIf under one lock: the command's end is recorded, then
-// remove judges the record as it now stands. A run removed is not written first (an end written to
-// be deleted a moment later cost a start that changed nothing some 0.4 ms); a run kept has its end
-// written, lazily, as FinishLazy writes it.
+// FinishRemoveIf is RemoveIf and FinishLazy under one lock: remove judges the record as it stands
+// before the command's end is recorded (so that it can tell whether another cordon changed the run
+// meanwhile), and a run it removes is not written first (an end written to be deleted a moment later
+// cost a start that changed nothing some 0.4 ms); a run it keeps has its end written, lazily, as
+// FinishLazy writes it.
 func (r *Run) FinishRemoveIf(code int, remove func(Meta) (bool, error)) (bool, error) {
 	return r.removeIf(finish(code), remove)
 }
 
-// removeIf applies change, when there is one, to the record read under the run's lock, and removes
-// the run if remove says so; otherwise it writes the changed record lazily.
+// removeIf judges the record read under the run's lock with remove, and removes the run if remove
+// says so; otherwise it applies change, when there is one, and writes the record lazily.
 func (r *Run) removeIf(change func(*Meta) error, remove func(Meta) (bool, error)) (bool, error) {
 	unlock, err := r.Lock()
 	if err != nil {
@@ -323,18 +324,13 @@ func (r *Run) removeIf(change func(*Meta) error, remove func(Meta) (bool, error)
 	}
 	var trash string
 	err = r.updateLocked(func(m *Meta) error {
-		if change != nil {
-			if err := change(m); err != nil {
-				return err
-			}
-		}
 		ok, err := remove(*m)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			if change != nil {
-				return nil // written: the change is kept with the run
+				return change(m) // written: the change is kept with the run
 			}
 			return errSkip
 		}

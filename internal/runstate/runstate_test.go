@@ -1,6 +1,7 @@
 package runstate
 
 import (
+	"cmp"
 	"errors"
 	"os"
 	"os/exec"
@@ -326,41 +327,61 @@ func TestFinishLazy(t *testing.T) {
 	}
 }
 
-// TestFinishRemoveIf: the judgement sees the end recorded (exited, its code); a run it removes is
-// gone, its meta.json never rewritten first; a run it keeps has the end on disk.
+// TestFinishRemoveIf: the judgement sees the record as it stands before the end (running, or what
+// another cordon made it meanwhile); a run it removes is gone, its meta.json never rewritten first;
+// a run it keeps has its end on disk. The predicate is run.go's: still the running run.
 func TestFinishRemoveIf(t *testing.T) {
 	s := Store{Root: t.TempDir()}
-	for _, remove := range []bool{true, false} {
-		r, err := s.CreateLazy(Meta{Project: "/p", Command: []string{"agent"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, err := os.Stat(filepath.Join(r.Dir, metaFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		removed, err := r.FinishRemoveIf(3, func(m Meta) (bool, error) {
-			if m.State != StateExited || m.ExitCode != 3 || m.Ended.IsZero() {
-				t.Errorf("the judgement saw %+v, want the end recorded", m)
+	stillRunning := func(m Meta) (bool, error) { return m.State == StateRunning, nil }
+	for _, tc := range []struct {
+		name       string
+		meanwhile  string // a state another cordon recorded during the run, or ""
+		wantRemove bool
+	}{
+		{"unchanged", "", true},
+		{"discarded meanwhile", StateDiscarded, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid, start, err := Self() // the run's cordon: alive, so the run resolves as running
+			if err != nil {
+				t.Fatal(err)
 			}
-			if now, err := os.Stat(filepath.Join(r.Dir, metaFile)); err != nil || !os.SameFile(before, now) {
-				t.Errorf("meta.json was rewritten before the judgement (%v)", err)
+			r, err := s.CreateLazy(Meta{Project: "/p", Command: []string{"agent"}, PID: pid, PIDStart: start})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return remove, nil
+			if tc.meanwhile != "" {
+				if err := r.SetState(tc.meanwhile); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := os.Stat(filepath.Join(r.Dir, metaFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed, err := r.FinishRemoveIf(3, func(m Meta) (bool, error) {
+				if want := cmp.Or(tc.meanwhile, StateRunning); m.State != want || !m.Ended.IsZero() {
+					t.Errorf("the judgement saw state %q, ended %v; want %q and no end yet", m.State, m.Ended, want)
+				}
+				if now, err := os.Stat(filepath.Join(r.Dir, metaFile)); err != nil || !os.SameFile(before, now) {
+					t.Errorf("meta.json was rewritten before the judgement (%v)", err)
+				}
+				return stillRunning(m)
+			})
+			if err != nil || removed != tc.wantRemove {
+				t.Fatalf("FinishRemoveIf = %v, %v; want %v", removed, err, tc.wantRemove)
+			}
+			if removed {
+				if _, err := os.Stat(r.Dir); !os.IsNotExist(err) {
+					t.Fatalf("the removed run's directory: %v", err)
+				}
+				return
+			}
+			got, err := Load(r.Dir)
+			if err != nil || got.Meta.State != StateExited || got.Meta.ExitCode != 3 || got.Meta.Ended.IsZero() {
+				t.Fatalf("the kept run: %+v, %v; want its end written", got, err)
+			}
 		})
-		if err != nil || removed != remove {
-			t.Fatalf("FinishRemoveIf = %v, %v; want %v", removed, err, remove)
-		}
-		if remove {
-			if _, err := os.Stat(r.Dir); !os.IsNotExist(err) {
-				t.Fatalf("the removed run's directory: %v", err)
-			}
-			continue
-		}
-		got, err := Load(r.Dir)
-		if err != nil || got.Meta.State != StateExited || got.Meta.ExitCode != 3 || got.Meta.Ended.IsZero() {
-			t.Fatalf("the kept run: %+v, %v; want its end written", got, err)
-		}
 	}
 }
 
