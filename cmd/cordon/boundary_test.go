@@ -255,11 +255,17 @@ func TestPrivilegesDropped(t *testing.T) {
 		if strings.Contains(r.stdout, "Uid:\t0\t") {
 			t.Errorf("the command runs as uid 0 inside:\n%s", r.stdout)
 		}
-		// No descriptor of cordon's (config pipe, status socket, gateway sockets) leaks in: only the
-		// three standard streams (and ls's own directory handle).
-		r = h.sandboxed("network:\n  allow: [example.test]\n", "ls /proc/self/fd | wc -l")
-		if strings.TrimSpace(r.stdout) != "4" {
-			t.Errorf("descriptors leaked into the sandbox (want 0, 1, 2 and ls's own):\n%s", r)
+		// No descriptor of cordon's (config pipe, status socket, gateway sockets, and with TLS
+		// inspected the memfds that carry /etc's generated files) leaks in: only the three standard
+		// streams (and ls's own directory handle).
+		for _, pol := range []string{
+			"network:\n  allow: [example.test]\n",
+			"network:\n  allow: [example.test]\n  tls:\n    inspect: [example.test]\n",
+		} {
+			r = h.sandboxed(pol, "ls -l /proc/self/fd; ls /proc/self/fd | wc -l")
+			if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); lines[len(lines)-1] != "4" {
+				t.Errorf("descriptors leaked into the sandbox (want 0, 1, 2 and ls's own), policy %q:\n%s", pol, r)
+			}
 		}
 	})
 }
