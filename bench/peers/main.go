@@ -23,12 +23,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/benchstat"
 	"github.com/cordon-sandbox/cordon/internal/probe"
 	"github.com/cordon-sandbox/cordon/internal/probe/canary"
 )
@@ -94,9 +94,9 @@ func main() {
 	}
 	fmt.Println("| tool | start `true` (median) | ratio to fork/exec | peak RSS of the tool's own processes |")
 	fmt.Println("|---|---|---|---|")
-	baseMed := median(lat["none (fork/exec)"])
+	baseMed := benchstat.Median(lat["none (fork/exec)"])
 	for _, t := range all {
-		m := median(lat[t.name])
+		m := benchstat.Median(lat[t.name])
 		fmt.Printf("| %s | %.1f ms | %.1fx | %.1f MiB |\n", t.name, ms(m), float64(m)/float64(baseMed), float64(peakRSS(e, t))/1024)
 	}
 
@@ -120,9 +120,9 @@ func main() {
 			}
 		}
 	}
-	plain := medianF(speeds["none"])
+	plain := benchstat.Median(speeds["none"])
 	for _, t := range netTools {
-		m := medianF(speeds[t.name])
+		m := benchstat.Median(speeds[t.name])
 		fmt.Printf("| %s | %s | %.0f | %.2f |\n", t.name, t.note, m, m/plain)
 	}
 
@@ -290,15 +290,6 @@ func download(e *env, wrap func([]string, string) ([]string, []string), host str
 	return v / 1e6, err
 }
 
-func medianF(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
 // scores runs the probes inside each tool against canaries planted for the occasion, and prints the
 // results side by side.
 func scores(e *env, tools []tool) {
@@ -414,15 +405,6 @@ func firstLine(s string) string {
 		s = s[:160] + "…"
 	}
 	return s
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -16,10 +16,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/benchstat"
 	"github.com/cordon-sandbox/cordon/internal/procstat"
 )
 
@@ -111,10 +111,9 @@ func main() {
 	}
 	fmt.Printf("%-31s %10s %10s %10s %10s\n", "cordon run -- true", "cold", "p10", "median", "p90")
 	for _, p := range ps {
-		s := append([]time.Duration(nil), p.runs...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		fmt.Printf("%-31s %10s %10s %10s %10s\n", p.name, p.cold.Round(time.Millisecond), q(s, 0.1).Round(time.Microsecond),
-			q(s, 0.5).Round(time.Microsecond), q(s, 0.9).Round(time.Microsecond))
+		s := p.runs
+		fmt.Printf("%-31s %10s %10s %10s %10s\n", p.name, p.cold.Round(time.Millisecond), benchstat.Quantile(s, 0.1).Round(time.Microsecond),
+			benchstat.Quantile(s, 0.5).Round(time.Microsecond), benchstat.Quantile(s, 0.9).Round(time.Microsecond))
 	}
 	ratio := func(what string, num, den *project, target string) {
 		a, b := num.runs, den.runs
@@ -125,14 +124,12 @@ func main() {
 		for i := range r {
 			r[i] = float64(a[i]) / float64(b[i])
 		}
-		sort.Float64s(r)
 		fmt.Printf("%-4s %-29s / %-22s median %.2fx (p25 %.2fx, p75 %.2fx)%s\n",
-			what, num.name, den.name, r[len(r)/2], r[len(r)/4], r[len(r)*3/4], target)
+			what, num.name, den.name, benchstat.Median(r), benchstat.Quantile(r, 0.25), benchstat.Quantile(r, 0.75), target)
 	}
 	for _, p := range ps {
-		s := append([]time.Duration(nil), p.cpu...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		fmt.Printf("cpu (cordon and what it reaped) %-29s median %s\n", p.name, q(s, 0.5).Round(time.Microsecond))
+		s := p.cpu
+		fmt.Printf("cpu (cordon and what it reaped) %-29s median %s\n", p.name, benchstat.Quantile(s, 0.5).Round(time.Microsecond))
 	}
 	for _, what := range []string{"wall", "cpu"} {
 		for b := range bins {
@@ -185,11 +182,6 @@ func makeTree(root string, count, size int) error {
 		}
 	}
 	return nil
-}
-
-// q returns the p-quantile of sorted durations.
-func q(s []time.Duration, p float64) time.Duration {
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func fail(err error) {

@@ -19,11 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/benchstat"
 	"github.com/cordon-sandbox/cordon/internal/procstat"
 )
 
@@ -148,9 +148,8 @@ func main() {
 	fmt.Printf("%-28s %12s %12s %12s\n", "contender", "p10", "median", "p90")
 	for _, c := range cs {
 		byName[c.name] = c
-		s := append([]time.Duration(nil), c.runs...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		fmt.Printf("%-28s %12s %12s %12s\n", c.name, q(s, 0.1).Round(time.Microsecond), q(s, 0.5).Round(time.Microsecond), q(s, 0.9).Round(time.Microsecond))
+		s := c.runs
+		fmt.Printf("%-28s %12s %12s %12s\n", c.name, benchstat.Quantile(s, 0.1).Round(time.Microsecond), benchstat.Quantile(s, 0.5).Round(time.Microsecond), benchstat.Quantile(s, 0.9).Round(time.Microsecond))
 	}
 	// Ratios are taken round by round (each contender ran once per round, one after the other), so
 	// a burst of load on a shared machine moves numerator and denominator together.
@@ -163,9 +162,8 @@ func main() {
 		for i := range a.runs {
 			r[i] = float64(a.runs[i]) / float64(b.runs[i])
 		}
-		sort.Float64s(r)
 		fmt.Printf("ratio %-27s / %-25s median %5.2fx (p25 %.2fx, p75 %.2fx)%s\n", num, den,
-			r[len(r)/2], r[len(r)/4], r[len(r)*3/4], target)
+			benchstat.Median(r), benchstat.Quantile(r, 0.25), benchstat.Quantile(r, 0.75), target)
 	}
 	ratio("cordon run -- true", "fork/exec true", "")
 	ratio("cordon run -- true", "bwrap --unshare-all true", "  target <= 1.5x (issue 2)")
@@ -237,11 +235,6 @@ func rss(pid int) int {
 		}
 	}
 	return 0
-}
-
-// q returns the p-quantile of sorted durations.
-func q(s []time.Duration, p float64) time.Duration {
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func fail(err error) {

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cordon-sandbox/cordon/internal/benchstat"
 	"github.com/cordon-sandbox/cordon/internal/starttrace"
 )
 
@@ -109,7 +110,7 @@ func main() {
 				fmt.Printf(" %24s", "-")
 				continue
 			}
-			fmt.Printf(" %12.2f %11s", median(t.at), fmt.Sprintf("(%.2f)", median(t.since)))
+			fmt.Printf(" %12.2f %11s", benchstat.Median(t.at), fmt.Sprintf("(%.2f)", benchstat.Median(t.since)))
 		}
 		fmt.Println()
 	}
@@ -188,17 +189,8 @@ func order(runs []run) []string {
 	for s := range t {
 		steps = append(steps, s)
 	}
-	sort.Slice(steps, func(i, j int) bool { return median(t[steps[i]].at) < median(t[steps[j]].at) })
+	sort.Slice(steps, func(i, j int) bool { return benchstat.Median(t[steps[i]].at) < benchstat.Median(t[steps[j]].at) })
 	return steps
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }
 
 func fail(err error) {

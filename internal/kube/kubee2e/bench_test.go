@@ -5,12 +5,13 @@ package kubee2e
 import (
 	"context"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cordon-sandbox/cordon/internal/benchstat"
 )
 
 // BenchmarkKubeRunAgainstPod runs, round by round, a bare pod of the agent's image running `true`
@@ -59,16 +60,7 @@ func BenchmarkKubeRunAgainstPod(b *testing.B) {
 		d2 := time.Since(start).Seconds()
 		bare, cordon, ratios = append(bare, d1), append(cordon, d2), append(ratios, d2/d1)
 	}
-	b.ReportMetric(median(bare), "s/bare-pod")
-	b.ReportMetric(median(cordon), "s/cordon-run")
-	b.ReportMetric(median(ratios), "ratio")
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
+	b.ReportMetric(benchstat.Median(bare), "s/bare-pod")
+	b.ReportMetric(benchstat.Median(cordon), "s/cordon-run")
+	b.ReportMetric(benchstat.Median(ratios), "ratio")
 }
