@@ -5,7 +5,7 @@
 // serves on loopback), then contenders run interleaved round by round and each ratio is taken within
 // a round, so that other load on the machine moves both sides alike.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/caches -cordon bin/cordon -n 15
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/caches -cordon bin/cordon -n 15
 package main
 
 import (

@@ -7,7 +7,7 @@
 // same client direct and through two relays that only copy (see floor.go), the floor under any
 // user-space gateway on the machine.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
 package main
 
 import (

@@ -8,7 +8,7 @@
 // itself: `cordon verify`). Tools it cannot find are skipped with a message; bench/peers/run.sh
 // installs them first.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/peers -cordon bin/cordon -n 50
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/peers -cordon bin/cordon -n 50
 package main
 
 import (

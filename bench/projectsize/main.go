@@ -7,7 +7,7 @@
 // -baseline adds an older build, with a state directory of its own (its scan cache), for before/after
 // figures in the same rounds.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/projectsize -cordon bin/cordon -n 20 [-files 100000] [-baseline bin/cordon-old]
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/projectsize -cordon bin/cordon -n 20 [-files 100000] [-baseline bin/cordon-old]
 package main
 
 import (

@@ -9,7 +9,7 @@
 // seeded with the same fixture (its ratio to PostgreSQL's warm start). Contenders are interleaved round by
 // round and ratios taken within a round, so load from other jobs moves them together.
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/services -n 15 -cordon bin/cordon [-mysql]
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/services -n 15 -cordon bin/cordon [-mysql]
 package main
 
 import (

@@ -10,7 +10,7 @@
 // starts it, and with descriptor 255 open as cordon starts its runsc) and against the native tier,
 // and its memory beside runsc's (root only: the tier needs root).
 //
-//	go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old] [-runsc $(command -v runsc)]
+//	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old] [-runsc $(command -v runsc)]
 package main
 
 import (
