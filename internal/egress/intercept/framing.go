@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,12 +37,18 @@ type framingGate struct {
 	hi    int
 	ready int // of buf[lo:hi], framed and free to hand on
 
-	pass     atomic.Bool
-	mu       sync.Mutex
-	refused  error // the strict reader's refusal (nil: none)
-	inHead   bool  // the refusal is of a request head, between requests
-	closeOne sync.Once
-	closeErr error
+	pass atomic.Bool
+	mu   sync.Mutex
+	// held: Read frames nothing (holdUpgrade). deadline is the read deadline last set, and
+	// deadlineSet is closed and replaced at each change of it and at the hold's end, for a read that
+	// waits in the hold.
+	held        bool
+	deadline    time.Time
+	deadlineSet chan struct{}
+	refused     error // the strict reader's refusal (nil: none)
+	inHead      bool  // the refusal is of a request head, between requests
+	closeOne    sync.Once
+	closeErr    error
 }
 
 // Initial and largest gate buffer: a head must be whole before it is handed on, and one larger than
@@ -77,6 +84,15 @@ func (g *framingGate) Read(p []byte) (int, error) {
 				return n, nil
 			}
 			return g.Conn.Read(p)
+		}
+		if held, err := g.waitHeld(); held {
+			// What the client sends after an upgrade request is neither framed nor handed on until
+			// the answer says whether the protocol switched; net/http's pending read ends as it
+			// does when it aborts one, at its deadline.
+			if err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if g.lo == g.hi {
 			if left := g.fr.InBody(); left > 0 {
@@ -144,7 +160,101 @@ func (g *framingGate) fill() error {
 func (g *framingGate) passThrough() {
 	if g != nil {
 		g.pass.Store(true)
+		g.release()
 	}
+}
+
+// holdUpgrade is called before an answer that may switch protocols (a websocket's 101) is written.
+// net/http flushes a 101 before the hijack that makes the gate pass bytes through, and its
+// background read, pending in the gate meanwhile, would frame the client's first websocket frame as
+// a request head, refuse it, and have the gate answer 400 into the websocket (seen under load in
+// TestWebsocketMessageRelay). While held, what the client sends stays unread by anyone, and a read
+// waits until its deadline: net/http aborts its pending read with one, at the hijack (then
+// passThrough ends the hold) and at the request's end (release, when the switch failed).
+func (g *framingGate) holdUpgrade() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = true
+}
+
+// release ends a hold: a read waiting in it goes on, and what follows is read as before.
+func (g *framingGate) release() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held {
+		g.held = false
+		g.signalLocked()
+	}
+}
+
+// signalLocked wakes the reads waiting in a hold.
+func (g *framingGate) signalLocked() {
+	if g.deadlineSet != nil {
+		close(g.deadlineSet)
+	}
+	g.deadlineSet = make(chan struct{})
+}
+
+// waitHeld reports whether the gate is held; if so it waits until the read deadline passes (err is
+// then a timeout) or the hold ends (err is nil: the caller reads on).
+func (g *framingGate) waitHeld() (held bool, err error) {
+	for {
+		g.mu.Lock()
+		if !g.held {
+			g.mu.Unlock()
+			return held, nil
+		}
+		held = true
+		if g.deadlineSet == nil {
+			g.deadlineSet = make(chan struct{})
+		}
+		d, changed := g.deadline, g.deadlineSet
+		g.mu.Unlock()
+		if !d.IsZero() && !time.Now().Before(d) {
+			return true, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}
+		var expiry <-chan time.Time
+		var t *time.Timer
+		if !d.IsZero() {
+			t = time.NewTimer(time.Until(d))
+			expiry = t.C
+		}
+		select {
+		case <-changed:
+		case <-expiry:
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// SetReadDeadline sets the connection's read deadline, which also bounds a read waiting in a hold.
+func (g *framingGate) SetReadDeadline(t time.Time) error {
+	err := g.Conn.SetReadDeadline(t)
+	g.noteDeadline(t)
+	return err
+}
+
+// SetDeadline is SetReadDeadline for both directions.
+func (g *framingGate) SetDeadline(t time.Time) error {
+	err := g.Conn.SetDeadline(t)
+	g.noteDeadline(t)
+	return err
+}
+
+// noteDeadline keeps the read deadline for waitHeld and wakes a read waiting there.
+func (g *framingGate) noteDeadline(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deadline = t
+	g.signalLocked()
 }
 
 // Close answers 400 first if the gate refused a request head (net/http has written all it will by

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -114,4 +115,110 @@ func TestFramingGatePasses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFramingGateHoldsAfterAnUpgrade is the race of a websocket's first frame with net/http's
+// background read: the 101 reaches the client before the hijack, and the frame the client then sends
+// must not be framed as a request head (a refusal the gate would answer with a 400 inside the
+// websocket). Held, the pending read ends at its deadline with a timeout, as net/http's abort
+// expects, and after the hijack the frame is handed on byte for byte; released instead (no switch),
+// the next request is framed as any.
+func TestFramingGateHoldsAfterAnUpgrade(t *testing.T) {
+	const head = "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+	// A masked text frame whose bytes hold a bare LF, as any frame's may: framed as a request head,
+	// the strict reader refuses it ("line without CRLF").
+	const frame = "\x81\x85\x01\x02\x03\x04ab\ncd"
+	pair := func(t *testing.T) (client net.Conn, g *framingGate) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		client, err = net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g = newFramingGate(server)
+		t.Cleanup(func() { g.Close() })
+		io.WriteString(client, head)
+		buf := make([]byte, 1024)
+		var got string
+		for len(got) < len(head) {
+			n, err := g.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += string(buf[:n])
+		}
+		if got != head {
+			t.Fatalf("the upgrade request: %q", got)
+		}
+		return client, g
+	}
+	// pending is net/http's background read: it starts before the frame arrives.
+	pending := func(g *framingGate) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := g.Read(make([]byte, 1))
+			done <- err
+		}()
+		return done
+	}
+
+	t.Run("switched", func(t *testing.T) {
+		client, g := pair(t)
+		g.holdUpgrade()
+		done := pending(g)
+		io.WriteString(client, frame)
+		time.Sleep(20 * time.Millisecond) // the frame is in; the read must still wait
+		select {
+		case err := <-done:
+			t.Fatalf("the pending read returned before its abort: %v", err)
+		default:
+		}
+		g.SetReadDeadline(time.Unix(1, 0)) // net/http's abortPendingRead
+		var ne net.Error
+		if err := <-done; !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("the aborted read: %v, want a timeout", err)
+		}
+		g.SetReadDeadline(time.Time{})
+		g.passThrough()
+		got := make([]byte, len(frame))
+		if _, err := io.ReadFull(g, got); err != nil || string(got) != frame {
+			t.Fatalf("after the hijack: %q %v, want the frame as sent", got, err)
+		}
+		if err := g.refusal(); err != nil {
+			t.Fatalf("the gate refused the websocket's frame: %v", err)
+		}
+		g.Close()
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if rest, _ := io.ReadAll(client); len(rest) > 0 {
+			t.Fatalf("the gate wrote %q into the websocket", rest)
+		}
+	})
+	t.Run("not switched", func(t *testing.T) {
+		client, g := pair(t)
+		g.holdUpgrade()
+		done := pending(g)
+		g.release() // a switch that failed: the next request is HTTP again
+		io.WriteString(client, "GET /next HTTP/1.1\r\nHost: h\r\n\r\n")
+		if err := <-done; err != nil {
+			t.Fatalf("the pending read after the release: %v", err)
+		}
+		io.WriteString(client, "bad\n\n")
+		buf := make([]byte, 1024)
+		for {
+			if _, err := g.Read(buf); err != nil {
+				break
+			}
+		}
+		if err := g.refusal(); err == nil {
+			t.Fatal("after a release, the gate framed nothing: a malformed request got through")
+		}
+	})
 }

@@ -324,6 +324,8 @@ type conn struct {
 	name   string
 	port   uint16
 	scheme string
+	// gate is the connection's framing gate (HTTP/1.x), nil under HTTP/2.
+	gate *framingGate
 }
 
 func (c *conn) upstream() string {
@@ -338,6 +340,7 @@ func (i *Interceptor) serve(ctx context.Context, c net.Conn, info *conn) error {
 		// HTTP/1.x: net/http reads only what the gateway's strict reader framed (framing.go).
 		gate = newFramingGate(c)
 		c = gate
+		info.gate = gate
 	}
 	done := make(chan struct{})
 	var once sync.Once

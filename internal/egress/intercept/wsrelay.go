@@ -143,8 +143,12 @@ func (i *Interceptor) serveWebsocket(cw *countingWriter, r *http.Request, ex *ex
 	}
 	// The origin was the upstream's to judge (it saw the sandbox's Origin); the sandbox's side is
 	// the gateway's own connection.
+	// From the 101 on the client sends websocket frames, which the framing gate must not read as a
+	// request (the hijack ends the hold; a switch that failed, release).
+	c.gate.holdUpgrade()
 	down, err := websocket.Accept(cw, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: chosen, CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
+		c.gate.release()
 		ex.err = "websocket with the sandbox: " + err.Error()
 		return
 	}
