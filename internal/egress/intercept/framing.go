@@ -277,6 +277,8 @@ func (g *framingGate) Close() error {
 			}
 		}
 		g.closeErr = g.Conn.Close()
+		// A read waiting in a hold goes on to the closed connection and ends with its error.
+		g.release()
 	})
 	return g.closeErr
 }

@@ -122,7 +122,7 @@ func TestFramingGatePasses(t *testing.T) {
 // must not be framed as a request head (a refusal the gate would answer with a 400 inside the
 // websocket). Held, the pending read ends at its deadline with a timeout, as net/http's abort
 // expects, and after the hijack the frame is handed on byte for byte; released instead (no switch),
-// the next request is framed as any.
+// the next request is framed as any; closed while held, the pending read ends with the connection.
 func TestFramingGateHoldsAfterAnUpgrade(t *testing.T) {
 	const head = "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
 	// A masked text frame whose bytes hold a bare LF, as any frame's may: framed as a request head,
@@ -199,6 +199,20 @@ func TestFramingGateHoldsAfterAnUpgrade(t *testing.T) {
 		client.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if rest, _ := io.ReadAll(client); len(rest) > 0 {
 			t.Fatalf("the gate wrote %q into the websocket", rest)
+		}
+	})
+	t.Run("closed while held", func(t *testing.T) {
+		_, g := pair(t)
+		g.holdUpgrade()
+		done := pending(g)
+		g.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("the pending read after Close: %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a read waiting in the hold outlived the connection's Close")
 		}
 	})
 	t.Run("not switched", func(t *testing.T) {
