@@ -24,7 +24,10 @@ var ErrClosed = errors.New("redact: read after Close")
 // residual: a value the upstream sends in two parts more than idle apart is not found.
 //
 // With idle > 0 a goroutine reads src ahead (one chunk at a time) so that the release can happen
-// while src blocks; Close stops it once the caller has closed src (which ends a read in progress).
+// while src blocks; it starts at the first Read, not before, since the caller may still be using
+// what reading src changes (httputil.ReverseProxy announces an answer's trailer from res.Trailer,
+// which the body's end fills in, before it reads the body: a read ahead from the start raced with
+// that). Close stops it once the caller has closed src (which ends a read in progress).
 // With idle <= 0 held bytes wait for more input or the end, and Read reads src itself. Errors
 // from src are returned once the bytes before them are.
 func (r *Replacer) Reader(src io.Reader, idle time.Duration) io.ReadCloser {
@@ -53,7 +56,7 @@ func (r *Replacer) newReader(src io.Reader, f feeder, idle time.Duration) io.Rea
 	a.timer.Stop()
 	a.free <- make([]byte, readChunk)
 	a.free <- make([]byte, readChunk)
-	go a.readAhead(src)
+	a.src = src
 	return a
 }
 
@@ -132,6 +135,8 @@ func (rd *syncReader) Close() error { return nil }
 type asyncReader struct {
 	s        stream
 	f        feeder
+	src      io.Reader // read ahead from the first Read on (started)
+	started  bool
 	idle     time.Duration
 	chunks   chan chunk    // read ahead
 	free     chan []byte   // buffers for readAhead to read into
@@ -172,6 +177,15 @@ func (a *asyncReader) readAhead(src io.Reader) {
 func (a *asyncReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if !a.started {
+		select {
+		case <-a.quit:
+			return 0, ErrClosed
+		default:
+		}
+		a.started = true
+		go a.readAhead(a.src)
 	}
 	for {
 		if n := a.s.copyOut(p); n > 0 {
