@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -399,7 +400,7 @@ func killNine(t *testing.T, h *harness, pol string) {
 		}
 		mountsBefore := hostMounts(t, h.base)
 		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", pol, "--", "sh", "-c", "sleep " + marker + " & sleep " + marker + " & echo READY; wait"})...)
-		var stderr syncBuffer
+		var stderr syncbuf.Buffer
 		cmd.Stderr = &stderr
 		// A box that survives holds cordon's stderr open: the test must fail below, not hang here.
 		cmd.WaitDelay = time.Second
@@ -647,7 +648,7 @@ func TestSignalsForwarded(t *testing.T) {
 		for attempt := 1; ; attempt++ {
 			cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", h.policy(""), "--", "sh", "-c",
 				`trap 'echo got-TERM; exit 5' TERM; echo ready; while :; do sleep 0.05; done`})...)
-			var out, errOut syncBuffer
+			var out, errOut syncbuf.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

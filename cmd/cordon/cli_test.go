@@ -3,14 +3,13 @@
 package main
 
 import (
-	"bytes"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -138,7 +137,7 @@ i=0; while [ "$(stty size)" = "37 91" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i
 			t.Fatal(err)
 		}
 		defer ptmx.Close()
-		var out syncBuffer
+		var out syncbuf.Buffer
 		done := make(chan struct{})
 		go func() { io.Copy(&out, ptmx); close(done) }()
 		for i := 0; i < 1500 && !strings.Contains(out.String(), "TIOCSTI"); i++ { // up to 30 s: a loaded machine starts slowly
@@ -201,24 +200,6 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor's gVisor line: want %q in:\n%s", wantGVisor, r.stdout)
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestWorkspaceInsideRepository: started in a subdirectory of a git repository, cordon takes that

@@ -4,11 +4,11 @@ package main
 
 import (
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -213,7 +213,7 @@ i=0; while [ $i -lt 60 ]; do sleep 2 & i=$((i+1)); done; echo FORKED $i`
 func TestRunFlagCPUs(t *testing.T) {
 	forEachTier(t, func(t *testing.T, h *harness) {
 		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--cpus", "0.5", "--", "sleep", "30"})...)
-		stderr := &lockedBuffer{}
+		stderr := &syncbuf.Buffer{}
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -245,24 +245,6 @@ func TestRunFlagCPUs(t *testing.T) {
 			}
 		}
 	})
-}
-
-// lockedBuffer is a buffer a process writes to while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestRunFlagWorkdir(t *testing.T) {

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"os/exec"
@@ -211,7 +212,7 @@ type svcRun struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	out    *bufio.Reader
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 }
 
 // startHeld starts a run whose script runs first, then prints READY and waits for a line on stdin.
@@ -226,7 +227,7 @@ func (h *harness) startHeld(t *testing.T, pol, script string) *svcRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &svcRun{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &syncBuffer{}}
+	r := &svcRun{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

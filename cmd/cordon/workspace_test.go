@@ -3,6 +3,7 @@
 package main
 
 import (
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,7 +177,7 @@ func TestKilledRunRecoverable(t *testing.T) {
 	forEachTier(t, func(t *testing.T, h *harness) {
 		gitProject(t, h)
 		cmd := h.command(nil, cordonBin, h.tierArgs([]string{"run", "--policy", h.policy(""), "--", "sh", "-c", "echo precious > work.txt; sync; echo ready; sleep 600"})...)
-		var out syncBuffer
+		var out syncbuf.Buffer
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

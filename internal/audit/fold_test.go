@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,24 +33,13 @@ func (c *clock) advance(d time.Duration) time.Time {
 	return c.t
 }
 
-// syncBuffer is a bytes.Buffer the Log's writer and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+// syncBuffer is the buffer the Log's writer and the test share.
+type syncBuffer struct{ syncbuf.Buffer }
 
 // events decodes what the log wrote, failing the test on a bad line.
 func (s *syncBuffer) events(t *testing.T) []Event {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ev, err := decode(bytes.NewReader(s.b.Bytes()), "log")
+	ev, err := decode(bytes.NewReader(s.Bytes()), "log")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,13 +162,7 @@ func TestRecordNeverBlocks(t *testing.T) {
 	l := newLog(w, Options{}, 0, time.Now)
 	e := Event{Kind: KindConnect, Name: strings.Repeat("a", 200) + ".example", Decision: Allow, BytesOut: 1}
 	const n = 100_000 // ~30 MB of JSON: well past maxPending
-	start := time.Now()
-	for range n {
-		l.Record(e)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("%d Records took %v with the writer stuck", n, d)
-	}
+	recordAllStuck(t, l, n, func(int) Event { return e }, func() { close(w.release) })
 	sum := l.Summary()
 	if sum.Allowed != n || sum.BytesOut != n || sum.Dropped == 0 {
 		t.Errorf("Summary = %+v, want %d allowed and some dropped", sum, n)
@@ -179,6 +173,26 @@ func TestRecordNeverBlocks(t *testing.T) {
 	}
 	if w.n+sum.Dropped != n+1 { // +1: the note about the dropped events
 		t.Errorf("written %d + dropped %d != %d + 1", w.n, sum.Dropped, n)
+	}
+}
+
+// recordAllStuck records event(i) for i up to n while what Record must not wait for (the file,
+// the OnEvent callback) stays stuck. A Record that waited would never return; the bound is generous
+// (not a timing: the -race build takes some 10 s) and turns that hang into a failure, after unstick.
+func recordAllStuck(t *testing.T, l *Log, n int, event func(i int) Event, unstick func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			l.Record(event(i))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		unstick()
+		t.Fatalf("%d Records did not return with the log's writer stuck: Record waits for it", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"strings"
@@ -63,7 +64,7 @@ func TestClientAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncbuf.Buffer
 	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 	defer acancel()
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -223,25 +224,7 @@ type runningGateway struct {
 	cmd            *exec.Cmd
 	exited         chan struct{} // closed once it exited, with err set
 	err            error
-	stdout, stderr *lockedBuffer
-}
-
-// lockedBuffer is a buffer a command writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stdout, stderr *syncbuf.Buffer
 }
 
 // startGateway starts the gateway in the pod as the gateway's uid and waits until its ready file
@@ -251,7 +234,7 @@ func (p *testPod) startGateway(t *testing.T) *runningGateway {
 	watch := watchFor(t, p.trust, kubepod.ReadyFile)
 	cmd := p.pod.Command(context.Background(), kubepod.GatewayUID, kubepod.GatewayUID, p.bin, p.config, p.trust, p.audit)
 	cmd.Env = append(cmd.Env, envMode+"=gateway")
-	g := &runningGateway{cmd: cmd, exited: make(chan struct{}), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	g := &runningGateway{cmd: cmd, exited: make(chan struct{}), stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}}
 	cmd.Stdout, cmd.Stderr = g.stdout, g.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -611,7 +594,7 @@ func TestPodLeaseLapses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	held := p.pod.Command(ctx, kubepod.AgentUID, kubepod.AgentUID, "/usr/bin/curl", "-sS", "--max-time", "100", "--cacert", bundle, "-H", auth, "https://api.test/held")
-	var heldOut lockedBuffer
+	var heldOut syncbuf.Buffer
 	held.Stdout, held.Stderr = &heldOut, &heldOut
 	if err := held.Start(); err != nil {
 		t.Fatal(err)
@@ -680,7 +663,7 @@ func TestPodLeaseLapses(t *testing.T) {
 	// The sidecar restarts: it reads the stop file and serves nothing.
 	cmd := p.pod.Command(context.Background(), kubepod.GatewayUID, kubepod.GatewayUID, p.bin, p.config, p.trust, p.audit)
 	cmd.Env = append(cmd.Env, envMode+"=gateway")
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
