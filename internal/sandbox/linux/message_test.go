@@ -165,13 +165,21 @@ func testMessagesOverSocket(t *testing.T, polled bool) {
 	if m, files, err := r.recv(); !errors.As(err, &malformed) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a terminal message without its descriptor: got %T, %d files, %v", m, len(files), err)
 	}
-	before := openFDs(t)
-	forge(&startedMsg{}, devnull)
+	// A file of this test's own, so that what the count sees is the refused message's descriptor
+	// and no other goroutine's (a count of all the process's descriptors failed in CI when one
+	// closed meanwhile).
+	marker, err := os.CreateTemp(t.TempDir(), "marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marker.Close()
+	before := descriptorsOf(t, marker)
+	forge(&startedMsg{}, marker)
 	if m, files, err := r.recv(); !errors.As(err, &malformed) || !strings.Contains(err.Error(), "descriptors") {
 		t.Errorf("a started message with a descriptor: got %T, %d files, %v", m, len(files), err)
 	}
-	if after := openFDs(t); after != before {
-		t.Errorf("the refused message's descriptor was kept: %d open before, %d after", before, after)
+	if after := descriptorsOf(t, marker); after != before {
+		t.Errorf("the refused message's descriptor was kept: %d open to the file before, %d after", before, after)
 	}
 	a.Close()
 	if _, _, err := r.recv(); err != errChannelClosed {
@@ -243,13 +251,32 @@ func TestPolledEndpoint(t *testing.T) {
 }
 
 // openFDs counts this process's open descriptors.
-func openFDs(t *testing.T) int {
+// descriptorsOf counts the process's descriptors open to f's file (its device and inode; a socket's
+// are its own), whatever other goroutines open and close meanwhile.
+func descriptorsOf(t *testing.T, f *os.File) int {
+	t.Helper()
+	var want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
+		t.Fatal(err)
+	}
+	return descriptorsTo(t, want)
+}
+
+func descriptorsTo(t *testing.T, want unix.Stat_t) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	n := 0
+	for _, e := range ents {
+		var st unix.Stat_t
+		// The entry's link leads to the open file itself; one closed since the listing is gone.
+		if unix.Stat("/proc/self/fd/"+e.Name(), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			n++
+		}
+	}
+	return n
 }
 
 // TestListenersFromFilesRefusesIncomplete: a set of sockets the gateway could not serve (no DNS) is
@@ -265,11 +292,17 @@ func TestListenersFromFilesRefusesIncomplete(t *testing.T) {
 	if err := unix.Listen(fd, 1); err != nil {
 		t.Fatal(err)
 	}
-	before := openFDs(t)
+	var sock unix.Stat_t
+	if err := unix.Fstat(fd, &sock); err != nil {
+		t.Fatal(err)
+	}
+	if n := descriptorsTo(t, sock); n != 1 {
+		t.Fatalf("%d descriptors open to the socket before the refusal, want 1", n)
+	}
 	if _, err := listenersFromFiles([]*os.File{os.NewFile(uintptr(fd), "transparent")}, []socketRole{roleTransparent}); err == nil || !strings.Contains(err.Error(), "incomplete") {
 		t.Errorf("a transparent socket alone: %v, want incomplete", err)
 	}
-	if after := openFDs(t); after != before-1 {
-		t.Errorf("%d descriptors open after the refusal, want %d (the socket closed)", after, before-1)
+	if n := descriptorsTo(t, sock); n != 0 {
+		t.Errorf("%d descriptors open to the socket after the refusal, want 0 (it is closed)", n)
 	}
 }
