@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // TestFileSystemBoundary tries to read a canary in the caller's real home from inside, by every alias

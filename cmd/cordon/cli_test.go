@@ -3,7 +3,6 @@
 package main
 
 import (
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 func TestExitCodesAndStreams(t *testing.T) {

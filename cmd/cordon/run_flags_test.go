@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/policy"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // The per-run flags of cordon run: each one's effect seen from inside the sandbox, and every bad

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // The fixture-service tests run real PostgreSQL and Redis servers (Debian's packages, installed by

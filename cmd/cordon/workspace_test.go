@@ -3,7 +3,6 @@
 package main
 
 import (
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // The workspace tests drive the whole cycle through the real binary: an agent edits inside a real

@@ -3,13 +3,14 @@ package audit
 import (
 	"bytes"
 	"fmt"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // clock is a settable time for the folds' windows; tests move it instead of sleeping.

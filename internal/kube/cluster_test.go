@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"os"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cordon-sandbox/cordon/internal/kubetest"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) { os.Exit(kubetest.Main(m)) }

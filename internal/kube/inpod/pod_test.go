@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -34,6 +33,7 @@ import (
 	"github.com/cordon-sandbox/cordon/internal/nstest"
 	"github.com/cordon-sandbox/cordon/internal/sandbox"
 	"github.com/cordon-sandbox/cordon/internal/sandbox/linux/netns"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 	"github.com/cordon-sandbox/cordon/internal/testpki"
 )
 
