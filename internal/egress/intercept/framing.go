@@ -39,10 +39,10 @@ type framingGate struct {
 
 	pass atomic.Bool
 	mu   sync.Mutex
-	// held: Read frames nothing (holdUpgrade). deadline is the read deadline last set, and
-	// deadlineSet is closed and replaced at each change of it and at the hold's end, for a read that
-	// waits in the hold.
-	held        bool
+	// held: Read frames nothing (holdUpgrade); set and cleared under mu, read without it on every
+	// Read. deadline is the read deadline last set, and deadlineSet, while held, is closed and
+	// replaced at each change of it and at the hold's end, for a read that waits in the hold.
+	held        atomic.Bool
 	deadline    time.Time
 	deadlineSet chan struct{}
 	refused     error // the strict reader's refusal (nil: none)
@@ -177,7 +177,7 @@ func (g *framingGate) holdUpgrade() {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.held = true
+	g.held.Store(true)
 }
 
 // release ends a hold: a read waiting in it goes on, and what follows is read as before.
@@ -187,8 +187,8 @@ func (g *framingGate) release() {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.held {
-		g.held = false
+	if g.held.Load() {
+		g.held.Store(false)
 		g.signalLocked()
 	}
 }
@@ -204,9 +204,12 @@ func (g *framingGate) signalLocked() {
 // waitHeld reports whether the gate is held; if so it waits until the read deadline passes (err is
 // then a timeout) or the hold ends (err is nil: the caller reads on).
 func (g *framingGate) waitHeld() (held bool, err error) {
+	if !g.held.Load() {
+		return false, nil // the common case, without the lock: no upgrade is being answered
+	}
 	for {
 		g.mu.Lock()
-		if !g.held {
+		if !g.held.Load() {
 			g.mu.Unlock()
 			return held, nil
 		}
@@ -249,12 +252,15 @@ func (g *framingGate) SetDeadline(t time.Time) error {
 	return err
 }
 
-// noteDeadline keeps the read deadline for waitHeld and wakes a read waiting there.
+// noteDeadline keeps the read deadline for waitHeld and wakes a read waiting there (only a held
+// gate can have one: net/http sets deadlines at every request, which need not cost a channel).
 func (g *framingGate) noteDeadline(t time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.deadline = t
-	g.signalLocked()
+	if g.held.Load() {
+		g.signalLocked()
+	}
 }
 
 // Close answers 400 first if the gate refused a request head (net/http has written all it will by
