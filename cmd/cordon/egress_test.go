@@ -142,6 +142,11 @@ func TestEgressDeniedPaths(t *testing.T) {
 		if r := h.sandboxed(pol, "getent ahostsv4 pkg.test"); !strings.Contains(r.stdout, "198.18.") {
 			t.Errorf("getent ahostsv4 (AI_ADDRCONFIG) does not resolve an allowed name:\n%s", r)
 		}
+		// getaddrinfo's RFC 6724 order puts the name's IPv4 address first (the sandbox's IPv4
+		// source has global scope), so clients take the cheaper IPv4 path through the redirect.
+		if r := h.sandboxed(pol, "getent ahosts pkg.test"); !strings.HasPrefix(r.stdout, "198.18.") || !strings.Contains(r.stdout, "fd") {
+			t.Errorf("getent ahosts: want the IPv4 address first, then the IPv6 one:\n%s", r)
+		}
 		for name, probe := range map[string]string{
 			"raw IP":               "curl -sS -m 5 --noproxy '*' http://1.1.1.1:%[1]d/",
 			"unassigned mapped IP": "curl -sS -m 5 --noproxy '*' http://198.18.3.3:%[1]d/",

@@ -207,6 +207,38 @@ func TestLoopbackStaysInside(t *testing.T) {
 	}
 }
 
+// A connection to an address the gateway's DNS hands out leaves from a global-scope source of its own
+// family, so resolvers that sort by RFC 6724 (glibc's getaddrinfo, Go's) try the name's IPv4 address
+// first: with 127.0.0.1 as the IPv4 source, its loopback scope would not match the destination's
+// (rule 2) and the IPv6 address would win, which costs every connection the slower IPv6 path through
+// the redirect. Loopback destinations keep their loopback source.
+func TestSourceAddressesAreGlobalScope(t *testing.T) {
+	n := sandboxNS(t, true)
+	for _, c := range []struct{ dst, want string }{
+		{"198.18.0.1:80", "192.0.2.1"},
+		{"[fd12:3456:789a::1]:80", "2001:db8::1"},
+		{"127.0.0.2:80", "127.0.0.1"},
+		{"[::1]:80", "::1"},
+	} {
+		var src string
+		if err := n.do(t, func() error {
+			// A connected UDP socket sends nothing: connect only picks the route and the source.
+			c, err := net.Dial("udp", c.dst)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.Close() }()
+			src = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().String()
+			return nil
+		}); err != nil {
+			t.Fatalf("connect to %s: %v", c.dst, err)
+		}
+		if src != c.want {
+			t.Errorf("to %s the source is %s, want %s", c.dst, src, c.want)
+		}
+	}
+}
+
 // The agent, root in the namespace but without CAP_NET_ADMIN, cannot insert a rule, change a policy,
 // delete the table, flush the ruleset or remove the routes; the same process with CAP_NET_ADMIN can,
 // which is what makes the test able to fail.
