@@ -144,8 +144,8 @@ func TestEgressDeniedPaths(t *testing.T) {
 		}
 		// getaddrinfo's RFC 6724 order puts the name's IPv4 address first (the sandbox's IPv4
 		// source has global scope), so clients take the cheaper IPv4 path through the redirect.
-		if r := h.sandboxed(pol, "getent ahosts pkg.test"); !strings.HasPrefix(r.stdout, "198.18.") || !strings.Contains(r.stdout, "fd") {
-			t.Errorf("getent ahosts: want the IPv4 address first, then the IPv6 one:\n%s", r)
+		if r := h.sandboxed(pol, "getent ahosts pkg.test"); !strings.HasPrefix(r.stdout, "198.18.") || !strings.Contains(r.stdout, "\nfd") {
+			t.Errorf("getent ahosts: want the IPv4 address first, the IPv6 one after it:\n%s", r)
 		}
 		for name, probe := range map[string]string{
 			"raw IP":               "curl -sS -m 5 --noproxy '*' http://1.1.1.1:%[1]d/",

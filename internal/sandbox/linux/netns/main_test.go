@@ -488,7 +488,7 @@ func (n *testNS) udpProbe(t *testing.T, addr string, receiver net.PacketConn) st
 				}
 				return string(buf[:m])
 			}
-			if ne, ok := err.(net.Error); !ok || !ne.Timeout() || !time.Now().Before(deadline) {
+			if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() || !time.Now().Before(deadline) {
 				return errName(err)
 			}
 			if _, err := c.Write([]byte("probe")); err != nil {

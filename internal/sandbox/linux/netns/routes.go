@@ -60,12 +60,12 @@ func routeThroughLoopback(nsFD int) error {
 		return fmt.Errorf("IPv6 address on lo: %w", err)
 	}
 
-	// IPv4 needs the source address named, or the connection would leave from 127.0.0.1 (the only
-	// address lo's routes offer a link-scope route). The documentation address is named instead: with a
-	// loopback source, RFC 6724's rule 2 (matching scope) makes glibc's and Go's resolvers try the
-	// name's IPv6 address first, and IPv6 through the redirect costs each connection 5-15% more
-	// (bench/RESULTS.md, "Connection rate and the IPv4 source"). The redirect rewrites only the
-	// destination, so the gateway sees 192.0.2.1 as the peer; nothing checks it.
+	// IPv4's route names its source, so that the kernel does not choose: the documentation address
+	// above, not 127.0.0.1. With a loopback source, RFC 6724's rule 2 (matching scope) makes glibc's
+	// and Go's resolvers sort a name's IPv6 address first, and IPv6 through the redirect costs each
+	// connection more (bench/RESULTS.md, "Connection rate and the IPv4 source"). No rule matches a
+	// source address (they match destinations, protocols, interfaces, states), and the redirect
+	// rewrites only the destination: the gateway sees 192.0.2.1 as the peer and decides nothing by it.
 	if err := defaultRoute(conn, unix.AF_INET, unix.RT_SCOPE_LINK, []byte{192, 0, 2, 1}); err != nil {
 		return fmt.Errorf("IPv4 default route via lo: %w", err)
 	}
