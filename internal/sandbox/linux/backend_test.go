@@ -209,6 +209,62 @@ func TestWaitLeavesNothingRunning(t *testing.T) {
 	}
 }
 
+// TestNoEnvironmentPassesThrough attacks the environment: a secret in the caller's must reach
+// neither init (which is the re-executed cordon binary, so a leak there would sit in a process of the
+// sandbox's pid namespace) nor the command, which gets the spec's variables and nothing else. Init's
+// environment is read from the host while the command runs; the command prints its own.
+func TestNoEnvironmentPassesThrough(t *testing.T) {
+	const canary = "CORDON_TEST_SECRET"
+	value := fmt.Sprintf("s3cr3t-%d", time.Now().UnixNano())
+	t.Setenv(canary, value)
+	if os.Getenv(canary) != value {
+		t.Fatal("the canary is not in the test's own environment: the check below would prove nothing")
+	}
+	ws := t.TempDir()
+	seen := filepath.Join(ws, "seen")
+	spec := testSpecIn(ws, "sh", "-c", "tr '\\0' '\\n' < /proc/self/environ; i=0; while [ ! -e "+seen+" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done")
+	out, err := os.CreateTemp(ws, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := start(&sandbox.LaunchSpec{Stdout: out}, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", sb.Pid()))
+	if werr := os.WriteFile(seen, nil, 0o644); werr != nil {
+		t.Fatal(werr)
+	}
+	if _, werr := sb.Wait(context.Background()); werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil {
+		t.Fatalf("reading init's environment from the host: %v", err)
+	}
+	if got := strings.Split(strings.TrimRight(string(env), "\x00"), "\x00"); len(got) != 1 || !strings.HasPrefix(got[0], "GOMAXPROCS=") {
+		// Names only: the values are the host's, and would land in the test's log.
+		t.Errorf("init's environment has %q (the canary there: %v); want GOMAXPROCS alone", envNames(got), slices.Contains(envNames(got), canary))
+	}
+	cmdEnv, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(cmdEnv))
+	slices.Sort(got)
+	if want := slices.Sorted(slices.Values(spec.Env)); !slices.Equal(got, want) {
+		t.Errorf("the command's environment has %q; want the spec's %q", envNames(got), want)
+	}
+}
+
+// envNames returns the variable names of env's NAME=value entries.
+func envNames(env []string) []string {
+	out := make([]string, len(env))
+	for i, kv := range env {
+		out[i], _, _ = strings.Cut(kv, "=")
+	}
+	return out
+}
+
 // findSleep returns the host pid of the process whose command line is "sleep arg", or "".
 func findSleep(t *testing.T, arg string) string {
 	t.Helper()
