@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
 	"github.com/cordon-sandbox/cordon/internal/probe"
+	"github.com/cordon-sandbox/cordon/internal/syncbuf"
 )
 
 // Issue 11, items 12 (socket families) and 14 (the caller's streams), attacked from inside real
@@ -356,4 +362,100 @@ func TestEdgesProbes(t *testing.T) {
 func fileOwner(st os.FileInfo) (uid, gid int) {
 	sys := st.Sys().(*syscall.Stat_t)
 	return int(sys.Uid), int(sys.Gid)
+}
+
+// ttyAttack reports what the command's stdout is and tries TIOCSTI, the ioctl that pushes bytes into a
+// terminal's input as if typed, on it and on /dev/tty: the line it would inject is a command for the
+// shell that reads the terminal after cordon exits. (The marker is split so the script itself does not
+// contain it.)
+const ttyAttack = `python3 -c '
+import os, stat, fcntl, termios
+st = os.fstat(1)
+kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "chr" if stat.S_ISCHR(st.st_mode) else oct(stat.S_IFMT(st.st_mode))
+print("FD1", kind, st.st_rdev, os.isatty(1), flush=True)
+def sti(fd, name):
+    try:
+        for c in b"echo INJ" + b"ECTED\n":
+            fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))
+        print("TIOCSTI", name, "ok", flush=True)
+    except OSError as e:
+        print("TIOCSTI", name, "refused", e.errno, flush=True)
+sti(1, "fd1")
+try:
+    sti(os.open("/dev/tty", os.O_RDWR), "devtty")
+except OSError as e:
+    print("DEVTTY refused", e.errno, flush=True)
+'`
+
+// onTerminal runs cmd (built by run with the terminal's slave side as stdout and stderr, stdin not a
+// terminal) on a fresh pseudo-terminal, and returns what reached the terminal's screen and how many
+// bytes wait in its input, typed by no one.
+func onTerminal(t *testing.T, h *harness, run func(tty *os.File)) (screen string, injected int, rdev uint64) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := tty.Chown(h.who.uid, h.who.gid); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(tty.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	var out syncbuf.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, ptmx); close(done) }()
+	run(tty)
+	injected, err = unix.IoctlGetInt(int(tty.Fd()), unix.TIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The master reads EIO once no slave is open: the screen is complete.
+	tty.Close()
+	<-done
+	return out.String(), injected, st.Rdev
+}
+
+// TestEdgesTerminalOnStdoutAlone: with a terminal on stdout and stderr but not on stdin, the command
+// gets a pipe cordon relays, not the terminal: it cannot push input into it (TIOCSTI) through fd 1 or
+// /dev/tty, and fd 1 is not the terminal's device. The control first: the same script unsandboxed
+// holds the terminal itself, and as root (CAP_SYS_ADMIN) injects a line into it.
+func TestEdgesTerminalOnStdoutAlone(t *testing.T) {
+	requireTool(t, "python3")
+	forEachTier(t, func(t *testing.T, h *harness) {
+		screen, injected, rdev := onTerminal(t, h, func(tty *os.File) {
+			cmd := h.command(nil, "sh", "-c", ttyAttack)
+			cmd.Stdout, cmd.Stderr = tty, tty
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("the control: %v", err)
+			}
+		})
+		if want := fmt.Sprintf("FD1 chr %d True", rdev); !strings.Contains(screen, want) {
+			t.Fatalf("the control does not hold the terminal (want %q):\n%s", want, screen)
+		}
+		if h.who.uid == 0 && (injected == 0 || !strings.Contains(screen, "TIOCSTI fd1 ok")) {
+			t.Fatalf("the control, as root, injected nothing (%d bytes waiting):\n%s", injected, screen)
+		}
+
+		screen, injected, rdev = onTerminal(t, h, func(tty *os.File) {
+			if code := runToFile(t, h, tty, nil, "run", "--policy", h.policy(""), "--", "sh", "-c", ttyAttack); code != 0 {
+				t.Errorf("cordon exited %d", code)
+			}
+		})
+		t.Logf("the terminal's screen:\n%s", screen)
+		if !strings.Contains(screen, "FD1 fifo 0 False") {
+			t.Errorf("the command's stdout is not a pipe (the terminal is %d):\n%s", rdev, screen)
+		}
+		if strings.Contains(screen, fmt.Sprintf("chr %d ", rdev)) || strings.Contains(screen, "TIOCSTI fd1 ok") || strings.Contains(screen, "TIOCSTI devtty ok") {
+			t.Errorf("the command reached the caller's terminal:\n%s", screen)
+		}
+		if !strings.Contains(screen, "TIOCSTI fd1 refused") || !strings.Contains(screen, "DEVTTY refused") && !strings.Contains(screen, "TIOCSTI devtty refused") {
+			t.Errorf("the attack did not run to its end:\n%s", screen)
+		}
+		if injected != 0 || strings.Contains(screen, "INJECTED") {
+			t.Errorf("%d bytes were injected into the caller's terminal:\n%s", injected, screen)
+		}
+	})
 }

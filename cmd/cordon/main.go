@@ -81,6 +81,8 @@ func main() {
 	switch {
 	case len(os.Args) > 0 && os.Args[0] == probe.AllocArg0:
 		os.Exit(probe.AllocMain(os.Args[1:]))
+	case len(os.Args) > 0 && os.Args[0] == probe.FilesArg0:
+		os.Exit(probe.FilesMain(os.Args[1:]))
 	case len(os.Args) > 0 && os.Args[0] == canary.ProcessArg0:
 		os.Exit(canary.ProcessMain())
 	}

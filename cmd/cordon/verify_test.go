@@ -65,13 +65,37 @@ var defaultMustPass = []string{
 	"proc.abstract-unix", "proc.setuid", "proc.userns", "proc.io_uring", "proc.raw-socket",
 	"persist.git-hook", "persist.hooks-path", "persist.envrc", "persist.vscode-tasks",
 	"net.vsock", "proc.socket-families", "proc.netlink", "fs.inherited-streams",
+	"fs.etc-secrets", "fs.dev-nodes", "res.core-dumps",
+}
+
+// tierMustPass is mustPass with the probes whose verdict depends on the tier: natively pid 1 is
+// cordon's init, which proc.init-inspect attacks; in gVisor's tier the command itself is pid 1 (the
+// box's init is outside, on the host), and the probe says so (checkInitInspect).
+func tierMustPass(h *harness, mustPass ...string) []string {
+	if h.tier == "gvisor" {
+		return mustPass
+	}
+	return append(mustPass, "proc.init-inspect")
+}
+
+// checkInitInspect: in gVisor's tier proc.init-inspect skips because the probes are pid 1, and for
+// no other reason.
+func checkInitInspect(t *testing.T, h *harness, r result) {
+	t.Helper()
+	if h.tier != "gvisor" {
+		return
+	}
+	if res := statuses(scorecard(t, r))["proc.init-inspect"]; res.Status != probe.Skip || !strings.Contains(res.Evidence, "this process is pid 1") {
+		t.Errorf("proc.init-inspect in the gVisor tier: want SKIP as pid 1, got %s (%s)", res.Status, res.Evidence)
+	}
 }
 
 // TestVerifyDefaultPolicy: cordon verify with the built-in policy finds no escape.
 func TestVerifyDefaultPolicy(t *testing.T) {
 	forEachTier(t, func(t *testing.T, h *harness) {
 		r := h.cordon(nil, "", "verify", "--json")
-		requireNoFail(t, r, defaultMustPass...)
+		requireNoFail(t, r, tierMustPass(h, defaultMustPass...)...)
+		checkInitInspect(t, h, r)
 		// The scorecard says which tier it tested.
 		if want := cmp.Or(h.tier, "native"); scorecard(t, r).Tier != want {
 			t.Errorf("the scorecard's tier is %q, want %q", scorecard(t, r).Tier, want)
@@ -107,7 +131,12 @@ limits:
 `, port, freePort(t)))
 		r := h.cordon([]string{"CORDON_VERIFY_TOKEN=sk-ant-api03-" + h.canary}, "", "verify", "--json", "--policy", pol)
 		// res.memory may SKIP where touching memory is too slow to reach the limit in its time bound.
-		requireNoFail(t, r, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files", "cred.placeholder", "cred.cleartext")...)
+		requireNoFail(t, r, tierMustPass(h, append(defaultMustPass, "net.connect-relay", "net.host-mismatch", "net.sni-mismatch", "net.name-to-loopback", "res.pids", "res.open-files", "cred.placeholder", "cred.cleartext")...)...)
+		checkInitInspect(t, h, r)
+		// The limit is 4096: the probe opened files until the kernel refused, at the limit.
+		if ev := statuses(scorecard(t, r))["res.open-files"].Evidence; !strings.Contains(ev, "stopped at descriptor") || !strings.Contains(ev, "EMFILE") {
+			t.Errorf("res.open-files did not open files up to the limit: %s", ev)
+		}
 		if !strings.Contains(r.stdout, "UPSTREAM") && !strings.Contains(statuses(scorecard(t, r))["net.host-mismatch"].Evidence, "200") {
 			t.Errorf("net.host-mismatch never reached the allowed upstream, so it proved nothing:\n%s", r.stdout)
 		}
@@ -144,11 +173,21 @@ func TestProbeUnsandboxedFails(t *testing.T) {
 		}
 		got := statuses(scorecard(t, r))
 		mustFail := []string{"fs.secret-direct", "fs.secret-alias", "fs.symlink-escape", "fs.write-outside", "net.loopback", "net.udp",
-			"net.dns-tunnel", "cred.env", "cred.agent-sockets", "cred.keyring", "proc.host-visible", "proc.abstract-unix", "proc.setuid", "res.memory", "res.cpu"}
+			"net.dns-tunnel", "cred.env", "cred.agent-sockets", "cred.keyring", "proc.host-visible", "proc.abstract-unix", "proc.setuid", "res.memory", "res.cpu",
+			"fs.dev-nodes"}
 		if h.who.uid == 0 {
 			// The canary process runs as root: only root reads its environment and signals it. Root
-			// may also mount, open raw sockets and push input into terminals.
-			mustFail = append(mustFail, "cred.proc-environ", "proc.signal", "fs.mount", "proc.raw-socket", "proc.tiocsti", "proc.ptrace", "proc.io_uring", "proc.userns")
+			// may also mount, open raw sockets, push input into terminals, mknod, read /etc/shadow
+			// and look into pid 1.
+			mustFail = append(mustFail, "cred.proc-environ", "proc.signal", "fs.mount", "proc.raw-socket", "proc.tiocsti", "proc.ptrace", "proc.io_uring", "proc.userns",
+				"fs.etc-secrets", "proc.init-inspect")
+		} else if hostEtcReadable() {
+			mustFail = append(mustFail, "fs.etc-secrets")
+		}
+		// A core-dump limit the host lets any process raise: the probe raises it and a crash dumps core.
+		var core syscall.Rlimit
+		if syscall.Getrlimit(syscall.RLIMIT_CORE, &core) == nil && core.Max != 0 {
+			mustFail = append(mustFail, "res.core-dumps")
 		}
 		for _, id := range mustFail {
 			if res := got[id]; res.Status != probe.Fail || res.Evidence == "" {
@@ -159,6 +198,17 @@ func TestProbeUnsandboxedFails(t *testing.T) {
 			t.Errorf("the probe disturbed the canary: %v", err)
 		}
 	})
+}
+
+// hostEtcReadable says whether any user may read one of the host's /etc secrets fs.etc-secrets looks
+// for: machine-id is world-readable and /etc/ssh world-listable where a host has them.
+func hostEtcReadable() bool {
+	for _, p := range []string{"/etc/machine-id", "/etc/ssh"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o004 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

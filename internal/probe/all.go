@@ -8,7 +8,7 @@ import "fmt"
 // can be changed between runs.
 func All() []Probe {
 	var out []Probe
-	for _, group := range [][]Probe{fileSystemProbes(), networkProbes(), credentialProbes(), processProbes(), resourceProbes(), persistenceProbes(), socketProbes(), streamProbes()} {
+	for _, group := range [][]Probe{fileSystemProbes(), networkProbes(), credentialProbes(), processProbes(), resourceProbes(), persistenceProbes(), socketProbes(), streamProbes(), rootProbes()} {
 		out = append(out, group...)
 	}
 	return out

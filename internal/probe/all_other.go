@@ -8,3 +8,9 @@ func All() []Probe { return nil }
 
 // AllocMain is the res.memory child's main, which only Linux's probes start.
 func AllocMain([]string) int { return 2 }
+
+// FilesMain is res.open-files' child's main, which only Linux's probes start.
+func FilesMain([]string) int { return 2 }
+
+// EtcSecretPaths are the /etc paths fs.etc-secrets looks for, which only Linux's probes have.
+func EtcSecretPaths() []string { return nil }

@@ -133,6 +133,13 @@ type Canaries struct {
 	// trace of a real value, not even its hash (a short secret's hash can be brute-forced), is handed
 	// into the sandbox.
 	Placeholders []Named `json:"placeholders,omitempty"`
+	// EtcSecrets are the paths of EtcSecretPaths the host has (cordon verify looks), so that
+	// fs.etc-secrets counts one there at all as shown, readable or not, and says which it could not
+	// test.
+	EtcSecrets []string `json:"etc_secrets,omitempty"`
+	// Tier is the isolation tier cordon verify runs the probes in (native, gvisor): gVisor's kernel
+	// makes its own /dev, with entries of its own that fs.dev-nodes knows.
+	Tier string `json:"tier,omitempty"`
 	// Injected are the credentials with where their values go and their hosts' allowed endpoints,
 	// for the probe that sends a placeholder in cleartext.
 	Injected []Injected `json:"injected,omitempty"`
@@ -336,3 +343,7 @@ func snapshotFDs() []string {
 // AllocArg0 is the argv[0] under which the probe binary runs as res.memory's child: it allocates and
 // touches the bytes given as its argument, so that an out-of-memory kill hits the child, not the probes.
 const AllocArg0 = "cordon-probe-alloc"
+
+// FilesArg0 is the argv[0] under which the probe binary runs as res.open-files' child: it opens
+// files until the kernel refuses (FilesMain).
+const FilesArg0 = "cordon-probe-files"

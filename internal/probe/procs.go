@@ -5,6 +5,7 @@ package probe
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +27,7 @@ func processProbes() []Probe {
 		{"proc.host-visible", Processes, "find a host process by its command line in /proc", procHostVisible},
 		{"proc.signal", Processes, "signal a host process", procSignal},
 		{"proc.ptrace", Processes, "ptrace a sibling process (and the host's, if visible)", procPtrace},
+		{"proc.init-inspect", Processes, "read pid 1's memory, environment, maps and descriptors (/proc/1/*, process_vm_readv, pidfd_getfd, ptrace)", procInitInspect},
 		{"proc.tiocsti", Processes, "inject input into a terminal (TIOCSTI, also with high bits set)", procTIOCSTI},
 		{"proc.abstract-unix", Processes, "connect to a host abstract unix socket", procAbstract},
 		{"proc.daemon-sockets", Processes, "connect to docker, containerd, podman and dbus sockets", procDaemonSockets},
@@ -279,4 +282,155 @@ func procRawSocket(_ context.Context, _ *Env) Verdict {
 		errs = append(errs, s.name+": "+err.Error())
 	}
 	return pass("refused: %s", strings.Join(errs, "; "))
+}
+
+// initFiles are the files of /proc/1 that show init's memory, environment and auxiliary vector. The
+// kernel lets only a process that could ptrace init open them: init is not dumpable
+// (PR_SET_DUMPABLE 0), so the command, though of init's uid, cannot.
+var initFiles = []string{"environ", "maps", "mem", "auxv"}
+
+// initLinks are the links of /proc/1 the same check guards: its binary, directories and descriptors.
+var initLinks = []string{"exe", "cwd", "root"}
+
+// initRemote is the address process_vm_readv reads in pid 1 when its maps are not readable: where a
+// statically linked binary (cordon's init is one) is mapped.
+const initRemote = 0x400000
+
+// initTargets are /proc/1 and each of its threads' directories. The kernel checks each thread's own
+// credentials: a thread that dropped its capabilities is reachable where the leader, still holding
+// them, is not, and only dumpability (one flag for the whole process) guards them all.
+func initTargets() (dirs []string, tids []int) {
+	dirs = []string{"/proc/1"}
+	ents, _ := os.ReadDir("/proc/1/task")
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			dirs = append(dirs, "/proc/1/task/"+e.Name())
+			tids = append(tids, tid)
+		}
+	}
+	return dirs, tids
+}
+
+func procInitInspect(_ context.Context, _ *Env) Verdict {
+	if os.Getpid() == 1 {
+		return skip("this process is pid 1: the command runs as pid 1 here (gVisor's tier, whose init is outside, on the host), so there is no init inside to inspect")
+	}
+	if _, err := os.Stat("/proc/1"); err != nil {
+		return skip("no pid 1 visible in /proc: %v", err)
+	}
+	var got []string
+	refusedBy := map[string]int{}
+	refuse := func(err error) { refusedBy[errName(unwrapPath(err))]++ }
+	remote := uintptr(initRemote)
+	dirs, tids := initTargets()
+	for _, dir := range dirs {
+		for _, name := range initFiles {
+			f, err := os.Open(dir + "/" + name)
+			if err != nil {
+				refuse(err)
+				continue
+			}
+			// The kernel checks at the open: an open file is the finding, whatever a read gives.
+			b := make([]byte, 256)
+			n, _ := f.Read(b)
+			f.Close()
+			got = append(got, fmt.Sprintf("opened %s/%s (read %d bytes)", dir, name, n))
+			if name == "maps" {
+				if start, _, ok := strings.Cut(string(b[:n]), "-"); ok {
+					if a, err := strconv.ParseUint(start, 16, 64); err == nil {
+						remote = uintptr(a)
+					}
+				}
+			}
+		}
+		for _, name := range initLinks {
+			if t, err := os.Readlink(dir + "/" + name); err == nil {
+				got = append(got, fmt.Sprintf("%s/%s is %s", dir, name, t))
+			} else {
+				refuse(err)
+			}
+		}
+		if ents, err := os.ReadDir(dir + "/fd"); err == nil {
+			var links []string
+			for _, e := range ents {
+				if t, err := os.Readlink(dir + "/fd/" + e.Name()); err == nil {
+					links = append(links, e.Name()+" -> "+t)
+				}
+			}
+			got = append(got, fmt.Sprintf("listed %d of init's descriptors in %s/fd (%s)", len(ents), dir, strings.Join(links, ", ")))
+		} else {
+			refuse(err)
+		}
+	}
+	refused := []string{fmt.Sprintf("%s and its %d threads' %s, %s, fd", dirs[0], len(tids), strings.Join(initFiles, ", "), strings.Join(initLinks, ", "))}
+	buf := make([]byte, 64)
+	local := []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}}
+	for _, pid := range append([]int{1}, tids...) {
+		if n, err := unix.ProcessVMReadv(pid, local, []unix.RemoteIovec{{Base: remote, Len: len(buf)}}, 0); err == nil && n > 0 {
+			got = append(got, fmt.Sprintf("process_vm_readv read %d bytes of init's memory (as thread %d)", n, pid))
+		} else {
+			refuse(err)
+		}
+	}
+	refused = append(refused, "process_vm_readv")
+	if pidfd, err := unix.PidfdOpen(1, 0); err == nil {
+		if fd, err := unix.PidfdGetfd(pidfd, 0, 0); err == nil {
+			unix.Close(fd)
+			got = append(got, "pidfd_getfd copied init's descriptor 0")
+		} else {
+			refuse(err)
+		}
+		unix.Close(pidfd)
+	} else {
+		refuse(err)
+	}
+	refused = append(refused, "pidfd_getfd")
+	if len(got) > 0 {
+		// What was read first; a listing of descriptor numbers says least.
+		sort.SliceStable(got, func(i, j int) bool {
+			return !strings.HasPrefix(got[i], "listed") && strings.HasPrefix(got[j], "listed")
+		})
+		return fail("pid 1 is inspectable: %s; init holds the sandbox's control channels and its environment", joinSome(got, 8))
+	}
+	// Only when nothing else reached init: a seized process stops at its next signal until its tracer
+	// lets go, which must not happen to a host's init when the probe runs unsandboxed as root.
+	for _, pid := range append([]int{1}, tids...) {
+		err := ptraceSeize(pid)
+		if err == nil {
+			return fail("seized pid 1 (thread %d) with ptrace", pid)
+		}
+		refuse(err)
+	}
+	refused = append(refused, "ptrace seize")
+	var errs []string
+	for e, n := range refusedBy {
+		errs = append(errs, fmt.Sprintf("%d %s", n, e))
+	}
+	sort.Strings(errs)
+	return pass("refused: %s (%s)", strings.Join(refused, "; "), strings.Join(errs, ", "))
+}
+
+// ptraceSeize seizes pid on a thread of its own that then exits, which detaches it at once: unlike
+// PTRACE_ATTACH, a seize does not stop the process.
+func ptraceSeize(pid int) error {
+	done := make(chan error, 1)
+	go func() {
+		// The thread stays locked: the goroutine's end ends the thread, and with it the trace.
+		runtime.LockOSThread()
+		done <- unix.PtraceSeize(pid)
+	}()
+	return <-done
+}
+
+// unwrapPath returns the errno inside a *os.PathError or *os.LinkError, which errName can name.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }

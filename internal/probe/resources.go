@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +24,8 @@ func resourceProbes() []Probe {
 		{"res.pids", Resources, "check a process limit holds (and spawn a few past it when it is small)", resPids},
 		{"res.memory", Resources, "check a memory limit is in force (cgroup memory.max, RLIMIT_DATA or RLIMIT_AS)", resMemory},
 		{"res.cpu", Resources, "check a CPU limit is in force (cgroup cpu.max)", resCPU},
-		{"res.open-files", Resources, "check the open-files limit (RLIMIT_NOFILE)", resOpenFiles},
+		{"res.open-files", Resources, "open files past the open-files limit (RLIMIT_NOFILE), raising it first", resOpenFiles},
+		{"res.core-dumps", Resources, "raise the core-dump limit and crash a process (SIGSEGV, SIGQUIT): no core file may be written", resCoreDumps},
 	}
 }
 
@@ -240,7 +242,51 @@ func resCPU(_ context.Context, env *Env) Verdict {
 	return pass("CPU quota %d (%s)", quota, where)
 }
 
-func resOpenFiles(_ context.Context, env *Env) Verdict {
+// filesBound is the largest open-files limit res.open-files opens files up to; above it the probe
+// judges by the limit alone.
+const filesBound = 1 << 16
+
+// FilesMain is res.open-files' child's main: it sets its open-files limit, soft and hard, to args[0]
+// (past the hard limit that takes a privilege a sandbox must not hold) or, refused, its soft limit to
+// the hard one, then opens /dev/null until the kernel refuses or args[0] descriptors are open, and
+// prints how far it got.
+func FilesMain(args []string) int {
+	if len(args) != 1 {
+		return 2
+	}
+	n, err := strconv.ParseUint(args[0], 10, 64)
+	if err != nil || n == 0 {
+		return 2
+	}
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		fmt.Println("ERROR getrlimit:", err)
+		return 1
+	}
+	raised := "allowed"
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		raised = "refused:" + errName(err)
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: r.Max, Max: r.Max}); err != nil {
+			fmt.Println("ERROR setrlimit:", err)
+			return 1
+		}
+	} else {
+		r.Max = n
+	}
+	highest, stop := -1, "reached the count"
+	for i := uint64(0); i < n; i++ {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			stop = errName(err)
+			break
+		}
+		highest = max(highest, fd)
+	}
+	fmt.Printf("HARD %s LIMIT %d HIGHEST %d STOPPED %s\n", raised, r.Max, highest, strings.ReplaceAll(stop, " ", "-"))
+	return 0
+}
+
+func resOpenFiles(ctx context.Context, env *Env) Verdict {
 	want, known := wanted(env, func(l *Limits) int64 { return int64(l.OpenFiles) })
 	n := rlimit(unix.RLIMIT_NOFILE)
 	switch {
@@ -248,8 +294,106 @@ func resOpenFiles(_ context.Context, env *Env) Verdict {
 		return skip("the policy sets no limits.openFiles (the hard limit here is %d)", n)
 	case n == unix.RLIM_INFINITY:
 		return fail("no open-files limit")
-	case want > 0 && n > uint64(want):
+	}
+	limit := uint64(want)
+	if !known {
+		limit = n
+	}
+	if limit <= filesBound {
+		// Open past the limit in a child, after raising it there: the descriptors must stop at it.
+		try := limit + 64
+		cmd := exec.CommandContext(ctx, "/proc/self/exe", strconv.FormatUint(try, 10))
+		cmd.Args[0] = FilesArg0
+		out, err := cmd.Output()
+		f := strings.Fields(string(out))
+		if err != nil || len(f) != 8 || f[0] != "HARD" {
+			return skip("the child opening files did not report (%v): %s", err, strings.TrimSpace(string(out)))
+		}
+		highest, _ := strconv.Atoi(f[5])
+		if highest >= int(limit) {
+			return fail("the limit is %d, yet a process opened descriptor %d (setting its hard limit to %d: %s; the limit it then had: %s)", limit, highest, try, f[1], f[3])
+		}
+		if want > 0 && n > uint64(want) {
+			return fail("the policy sets limits.openFiles %d but the hard limit is %d", want, n)
+		}
+		return pass("a process opening %d files stopped at descriptor %d (%s); setting its hard limit to %d: %s", try, highest, f[7], try, f[1])
+	}
+	if want > 0 && n > uint64(want) {
 		return fail("the policy sets limits.openFiles %d but the hard limit is %d", want, n)
 	}
-	return pass("open files bounded at %d (RLIMIT_NOFILE hard limit)", n)
+	return pass("open files bounded at %d (RLIMIT_NOFILE hard limit; above %d, not tried)", n, uint64(filesBound))
+}
+
+// crashSignals are the signals whose default action dumps core that res.core-dumps kills with.
+var crashSignals = []unix.Signal{unix.SIGSEGV, unix.SIGQUIT}
+
+// resCoreDumps: no core dump may be written, whatever the command does with its limits. A dump holds
+// the crashed process's memory (tokens, keys) and lands where the kernel's core_pattern says: in the
+// workspace, or on the host through a pipe to a collector.
+func resCoreDumps(ctx context.Context, env *Env) Verdict {
+	var found []string
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_CORE, &r); err != nil {
+		return skip("getrlimit: %v", err)
+	}
+	if r.Cur != 0 || r.Max != 0 {
+		found = append(found, fmt.Sprintf("RLIMIT_CORE is %s (soft) and %s (hard)", rlimString(r.Cur), rlimString(r.Max)))
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		return skip("no sleep binary to crash")
+	}
+	d, done, err := scratch(env)
+	if err != nil {
+		return skip("%v", err)
+	}
+	defer done()
+	var notes []string
+	for _, sig := range crashSignals {
+		cmd := exec.CommandContext(ctx, sleep, "10")
+		cmd.Dir = d
+		if err := cmd.Start(); err != nil {
+			return skip("cannot start a process to crash: %v", err)
+		}
+		pid := cmd.Process.Pid
+		// Raise the child's limit as far as it goes: to unlimited, else to the hard limit.
+		raised := unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil)
+		if raised == nil {
+			if sig == crashSignals[0] {
+				found = append(found, "raised a process's RLIMIT_CORE to unlimited")
+			}
+		} else {
+			unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{Cur: r.Max, Max: r.Max}, nil)
+		}
+		cmd.Process.Signal(sig)
+		if cmd.Wait(); cmd.ProcessState == nil {
+			return skip("the crashed process could not be waited for")
+		}
+		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if ws.CoreDump() {
+			found = append(found, fmt.Sprintf("a process killed by %s dumped core", unix.SignalName(sig)))
+		}
+		if raised != nil {
+			notes = append(notes, fmt.Sprintf("%s: %s, raising the limit: %s", unix.SignalName(sig), ws.Signal(), errName(raised)))
+		}
+	}
+	if ents, _ := os.ReadDir(d); len(ents) > 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		found = append(found, fmt.Sprintf("left %s in the crashed processes' directory", strings.Join(names, ", ")))
+	}
+	if len(found) > 0 {
+		return fail("%s: a crash writes the process's memory to disk", strings.Join(found, "; "))
+	}
+	return pass("RLIMIT_CORE is 0 (soft and hard); %s; no core dumped, none in the directory", strings.Join(notes, "; "))
+}
+
+// rlimString names a limit's value.
+func rlimString(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return strconv.FormatUint(v, 10)
 }

@@ -183,11 +183,18 @@ func makeProject(dir string) error {
 
 // coordinates tells the probes where the canaries are and what the policy promises: the allowed
 // endpoints, the limits (and, for the tier, how the memory limit is held), and the credentials'
-// placeholders and where they are injected.
+// placeholders and where they are injected; and what only the host knows: the tier, and which of the
+// /etc secrets fs.etc-secrets looks for the host has.
 func coordinates(set *canary.Set, pol *policy.Policy, allowed []probe.Endpoint, isolation cordon.Isolation) probe.Canaries {
 	c := set.Coordinates()
 	c.Allowed = allowed
 	c.AllowNesting = pol.Sandbox.AllowNesting
+	c.Tier = string(isolation)
+	for _, p := range probe.EtcSecretPaths() {
+		if _, err := os.Lstat(p); err == nil {
+			c.EtcSecrets = append(c.EtcSecrets, p)
+		}
+	}
 	c.Limits = &probe.Limits{MemoryBytes: int64(pol.Limits.Memory), Pids: pol.Limits.Pids, CPU: pol.Limits.CPU, OpenFiles: pol.Limits.OpenFiles,
 		MemoryWholeBox: isolation == cordon.IsolationGVisor}
 	for _, cr := range pol.Credentials {
