@@ -297,8 +297,9 @@ var initLinks = []string{"exe", "cwd", "root"}
 const initRemote = 0x400000
 
 // initTargets are /proc/1 and each of its threads' directories. The kernel checks each thread's own
-// credentials: a thread that dropped its capabilities is reachable where the leader, still holding
-// them, is not, and only dumpability (one flag for the whole process) guards them all.
+// credentials and security domain: one thread may be reachable where the leader is not (natively, the
+// thread that started the command shares its Landlock domain), and only dumpability, one flag for the
+// whole process, guards them all.
 func initTargets() (dirs []string, tids []int) {
 	dirs = []string{"/proc/1"}
 	ents, _ := os.ReadDir("/proc/1/task")
@@ -402,12 +403,41 @@ func procInitInspect(_ context.Context, _ *Env) Verdict {
 		refuse(err)
 	}
 	refused = append(refused, "ptrace seize")
+	// Reaching init is refused; what init's threads could do if it were not is the second line: none
+	// of them may hold a capability while the command runs (status is readable by anyone).
+	if held := initCapabilities(dirs); len(held) > 0 {
+		return fail("init's threads hold capabilities while the command runs: %s", joinSome(held, 8))
+	}
 	var errs []string
 	for e, n := range refusedBy {
 		errs = append(errs, fmt.Sprintf("%d %s", n, e))
 	}
 	sort.Strings(errs)
-	return pass("refused: %s (%s)", strings.Join(refused, "; "), strings.Join(errs, ", "))
+	return pass("refused: %s (%s); none of its threads holds a capability", strings.Join(refused, "; "), strings.Join(errs, ", "))
+}
+
+// initCapabilities lists the threads of pid 1 (dirs from initTargets: /proc/1 is its main thread)
+// whose permitted or effective capability set is not empty, with the sets.
+func initCapabilities(dirs []string) []string {
+	var held []string
+	for _, dir := range dirs[1:] {
+		b, err := os.ReadFile(dir + "/status")
+		if err != nil {
+			continue // the thread ended, or status is hidden: nothing to judge
+		}
+		var sets []string
+		for line := range strings.Lines(string(b)) {
+			for _, name := range []string{"CapPrm:", "CapEff:"} {
+				if v, ok := strings.CutPrefix(line, name); ok && strings.Trim(strings.TrimSpace(v), "0") != "" {
+					sets = append(sets, name+" "+strings.TrimSpace(v))
+				}
+			}
+		}
+		if len(sets) > 0 {
+			held = append(held, fmt.Sprintf("%s (%s)", dir, strings.Join(sets, ", ")))
+		}
+	}
+	return held
 }
 
 // ptraceSeize seizes pid on a thread of its own that then exits, which detaches it at once: unlike

@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 	if IsInit() {
 		os.Exit(InitMain())
 	}
+	if os.Getenv("CORDON_TEST_THREADS_CHILD") == "1" {
+		threadsChild()
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

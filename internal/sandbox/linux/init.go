@@ -64,7 +64,7 @@ func InitMain() int {
 	if baseErr != nil {
 		baseErr = &sandbox.SetupError{Step: "bringing up loopback", Err: baseErr}
 	}
-	rulesInstalled := func() error { return nil }
+	rulesInstalled := func() (func(), error) { return func() {}, nil }
 	if baseErr == nil {
 		rulesInstalled, baseErr = launchEgress()
 	}
@@ -78,7 +78,8 @@ func InitMain() int {
 		failed(&sandbox.SetupError{Step: "reading the sandbox config", Err: err})
 		return 125
 	}
-	if err := rulesInstalled(); err != nil && baseErr == nil {
+	releaseRules, err := rulesInstalled()
+	if err != nil && baseErr == nil {
 		baseErr = err
 	}
 	starttrace.Mark("rules installed")
@@ -97,7 +98,7 @@ func InitMain() int {
 		failed(&sandbox.SetupError{Step: "compiling the seccomp filter", Err: filterErr})
 		return 125
 	}
-	pid, warnings, err := setup(cfg, filter)
+	pid, warnings, err := setup(cfg, filter, releaseRules)
 	if err != nil {
 		var se *sandbox.SetupError
 		var ee *sandbox.ExecError
@@ -149,7 +150,19 @@ func readConfig(f *os.File) (*initConfig, error) {
 // setup builds the boundary and starts the command inside it. Order matters: everything that needs
 // privilege over the new namespaces happens first, then privileges are dropped for good, then the
 // kernel's own guards (Landlock, seccomp) are stacked, and only then is the command executed.
-func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
+//
+// releaseRules closes the gateway rules' netlink socket (netns.InstallHere); setup calls it in the
+// background as soon as no thread of init is left to drop its capabilities, natively right after
+// dropPrivileges, before the runtime starts in the gVisor tier.
+func setup(cfg *initConfig, filter *seccomp.Filter, releaseRules func()) (int, []string, error) {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			go releaseRules()
+		}
+	}
+	defer release()
 	spec := &cfg.Spec
 	var warnings []string
 	step := func(name string, err error) error {
@@ -207,6 +220,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 		stdin, stdout, stderr = slave, slave, slave
 	}
 	if cfg.Runtime != nil {
+		release()
 		// The runtime is started on the root: it needs its privileges over init's namespaces, and
 		// applies the limits, its own seccomp filters and the command's identity itself.
 		err := inSandboxRoot(func() error {
@@ -235,6 +249,7 @@ func setup(cfg *initConfig, filter *seccomp.Filter) (int, []string, error) {
 	if err := step("dropping privileges", dropPrivileges()); err != nil {
 		return 0, nil, err
 	}
+	release()
 	w, err := restrictLandlock(spec, cfg.User.Home, cfg.LandlockABI)
 	starttrace.Mark("landlock")
 	if err := step("applying Landlock", err); err != nil {
@@ -342,9 +357,10 @@ func reapAll() {
 // rootless): the gateway's sockets and the rules that send all traffic to them exist before the
 // command does. The sockets are made and handed over at once; the rules (netlink only, no file
 // system) are installed in the background, and the returned wait says how that went: init calls it
-// before anything of the command exists.
-func launchEgress() (wait func() error, err error) {
-	wait = func() error { return nil }
+// before anything of the command exists. wait also returns the release of the rules' socket
+// (netns.InstallHere), which setup calls once init's threads hold no capability.
+func launchEgress() (wait func() (release func(), err error), err error) {
+	wait = func() (func(), error) { return func() {}, nil }
 	if len(os.Args) != 2 {
 		return wait, &sandbox.SetupError{Step: "reading the launch", Err: fmt.Errorf("%d arguments, want the launch message alone", len(os.Args)-1)}
 	}
@@ -370,13 +386,21 @@ func launchEgress() (wait func() error, err error) {
 		return wait, &sandbox.SetupError{Step: step, Err: err}
 	}
 	starttrace.Mark("sockets sent")
-	done := make(chan error, 1)
-	go func() { done <- netns.InstallHere(ports) }()
-	return func() error {
-		if err := <-done; err != nil {
-			return &sandbox.SetupError{Step: step, Err: err}
+	type installed struct {
+		release func()
+		err     error
+	}
+	done := make(chan installed, 1)
+	go func() {
+		release, err := netns.InstallHere(ports)
+		done <- installed{release, err}
+	}()
+	return func() (func(), error) {
+		in := <-done
+		if in.err != nil {
+			return in.release, &sandbox.SetupError{Step: step, Err: in.err}
 		}
-		return nil
+		return in.release, nil
 	}, nil
 }
 

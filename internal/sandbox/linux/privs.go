@@ -3,7 +3,12 @@
 package linux
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +18,10 @@ import (
 // a file capability, not an ambient capability inherited across exec.
 //
 // Capabilities are per thread. The command is forked from this (locked) thread, so dropping them
-// here is what the command inherits; init's other Go threads are never used to start anything.
+// here is what the command inherits. Init's other Go threads never start anything, but they run the
+// rest of init (the publish channel, the runtime's own work) next to the command for the whole run,
+// so they give up their capabilities too (dropOtherThreads): from the command's start on, no thread
+// of the sandbox holds one.
 func dropPrivileges() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
@@ -42,6 +50,51 @@ func dropPrivileges() error {
 	for _, d := range data {
 		if d.Effective|d.Permitted|d.Inheritable != 0 {
 			return fmt.Errorf("capabilities remain after dropping them: %+v", data)
+		}
+	}
+	return dropOtherThreads()
+}
+
+// dropOtherThreads empties the permitted, effective and inheritable sets (and so the ambient set) of
+// every thread of the runtime, with one capset on each (syscall.AllThreadsSyscall stops the world and
+// runs it on all of them: pure Go only, as cordon is). Threads the runtime starts later are cloned
+// from these and inherit the empty sets. Their bounding sets stay: a thread without permitted
+// capabilities gains none but by exec, and only the locked thread, which dropped its bounding set,
+// ever starts a program. It then checks every thread's sets (capget by thread id: reading each
+// thread's /proc status instead cost 0.6 ms of the start here).
+func dropOtherThreads() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset on every thread: %w", e)
+	}
+	return checkThreadsDropped("/proc/self/task")
+}
+
+// checkThreadsDropped asks capget(2) for the sets of each thread listed under dir (/proc/self/task)
+// and fails on any thread that still holds a capability (the bounding set aside).
+func checkThreadsDropped(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("listing init's threads: %w", err)
+	}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3, Pid: int32(tid)}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				continue // the thread has ended
+			}
+			return fmt.Errorf("thread %d's capabilities: %w", tid, err)
+		}
+		for _, d := range data {
+			if d.Effective|d.Permitted|d.Inheritable != 0 {
+				return fmt.Errorf("thread %d still holds capabilities after dropping them: %+v", tid, data)
+			}
 		}
 	}
 	return nil

@@ -56,15 +56,26 @@ func Install(nsPath string, ports sandbox.EgressPorts) error {
 	}
 	defer func() { _ = unix.Close(nsFD) }()
 
-	return install(nsFD, nsPath, ports)
+	release, err := install(nsFD, nsPath, ports)
+	go release()
+	return err
 }
 
 // InstallHere is Install for the calling process's own network namespace, for the sandbox's init,
 // which holds CAP_NET_ADMIN there but runs before its /proc matches its pid namespace (so the
 // setns-based path, which names threads through /proc, cannot work).
-func InstallHere(ports sandbox.EgressPorts) error {
+//
+// It returns release, never nil, which closes the netlink socket the rules were written over; the
+// caller must call it, on error too. Closing the socket waits in the kernel (nft_rcv_nl_event flushes
+// nf_tables' deferred destruction of the transaction, which waits for an RCU grace period: 1-7 ms on
+// this kind of machine) in a state where the thread takes no signal; init calls it in the background,
+// after syscall.AllThreadsSyscall has dropped its threads' capabilities (that call signals every
+// thread, and one waiting there held it up by milliseconds). Until then the socket is close-on-exec
+// and the caller's alone; it keeps the right to change the rules that its opener had, so it must not
+// stay open for the run.
+func InstallHere(ports sandbox.EgressPorts) (release func(), err error) {
 	if err := ports.Validate(); err != nil {
-		return fmt.Errorf("netns: %w", err)
+		return func() {}, fmt.Errorf("netns: %w", err)
 	}
 	return install(-1, "this namespace", ports)
 }
@@ -88,25 +99,34 @@ func InstallPod(ports sandbox.EgressPorts, exemptUID uint32) error {
 	if exemptUID == 0 {
 		return errors.New("netns: the pod's rules cannot exempt uid 0")
 	}
-	if err := installRules(-1, podRuleset(ports, exemptUID)); err != nil {
+	release, err := installRules(-1, podRuleset(ports, exemptUID))
+	go release()
+	if err != nil {
 		return fmt.Errorf("netns: install the pod's rules: %w", err)
 	}
 	return nil
 }
 
-// install does the work in the namespace nsFD, or in the current one when nsFD is -1.
-func install(nsFD int, name string, ports sandbox.EgressPorts) error {
-	if err := installRules(nsFD, ruleset(ports)); err != nil {
-		return fmt.Errorf("netns: install rules in %s: %w", name, err)
+// install does the work in the namespace nsFD, or in the current one when nsFD is -1; release is
+// installRules'.
+func install(nsFD int, name string, ports sandbox.EgressPorts) (release func(), err error) {
+	release, err = installRules(nsFD, ruleset(ports))
+	if err != nil {
+		return release, fmt.Errorf("netns: install rules in %s: %w", name, err)
 	}
 	if err := routeThroughLoopback(nsFD); err != nil {
-		return fmt.Errorf("netns: routes in %s: %w", name, err)
+		return release, fmt.Errorf("netns: routes in %s: %w", name, err)
 	}
-	return nil
+	return release, nil
 }
 
 // installRules writes rs in one batch and verifies it.
-func installRules(nsFD int, rs wantRuleset) error {
+//
+// It returns release, never nil, which closes the netlink socket; the callers run it in the
+// background (InstallHere says when), since the close waits for an RCU grace period, 1-7 ms on this
+// kind of machine, on the path that starts the sandbox's command, for nothing the rules depend on.
+func installRules(nsFD int, rs wantRuleset) (release func(), err error) {
+	release = func() {}
 	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if nsFD >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(nsFD))
@@ -114,15 +134,11 @@ func installRules(nsFD int, rs wantRuleset) error {
 	conn, err := nftables.New(opts...)
 	if err != nil {
 		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
-			return fmt.Errorf("%w: netlink to nf_tables: %w", ErrNoNFTables, err)
+			return release, fmt.Errorf("%w: netlink to nf_tables: %w", ErrNoNFTables, err)
 		}
-		return fmt.Errorf("netlink to nf_tables: %w", err)
+		return release, fmt.Errorf("netlink to nf_tables: %w", err)
 	}
-	// The socket is closed in the background. Its release waits for nf_tables' deferred destruction
-	// of the transaction, which waits for an RCU grace period: 1-7 ms on this kind of machine, on the
-	// path that starts the sandbox's command, for nothing the rules depend on. The descriptor is
-	// close-on-exec and init's alone meanwhile.
-	defer func() { go func() { _ = conn.CloseLasting() }() }()
+	release = func() { _ = conn.CloseLasting() }
 
 	// Add, delete, add: the table exists after the first message whether or not it existed before, so
 	// the delete cannot fail, and the whole replacement commits as one transaction or not at all.
@@ -136,12 +152,12 @@ func installRules(nsFD int, rs wantRuleset) error {
 		}
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return release, fmt.Errorf("commit: %w", err)
 	}
 	if err := verifyRules(conn, rs); err != nil {
-		return fmt.Errorf("verify: %w", err)
+		return release, fmt.Errorf("verify: %w", err)
 	}
-	return nil
+	return release, nil
 }
 
 // wantRuleset is the table Install writes, as data, so that the verification compares against the
