@@ -331,6 +331,29 @@ b = bytearray(512 << 20)
 for i in range(0, len(b), 4096): b[i] = 1
 print("ALLOCATED")
 '`
+	// Two processes spin for a second of wall time; the CPU time they got is the attack's measure.
+	spin := `python3 -c '
+import os, resource, time
+for i in range(2):
+    if os.fork() == 0:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end: pass
+        os._exit(0)
+for i in range(2): os.wait()
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("CPU %.3f" % (ru.ru_utime + ru.ru_stime))
+'`
+	cpuOf := func(r result) float64 {
+		i := strings.Index(r.stdout, "CPU ")
+		var f float64
+		if i < 0 {
+			return -1
+		}
+		if _, err := fmt.Sscanf(r.stdout[i:], "CPU %f", &f); err != nil {
+			return -1
+		}
+		return f
+	}
 	goClient := buildGoClient(t)
 	forEachTier(t, func(t *testing.T, h *harness) {
 		t.Run("pids", func(t *testing.T) {
@@ -364,6 +387,32 @@ print("ALLOCATED")
 			if strings.Contains(probe, "node") && !strings.Contains(r.stdout, "NODE-STARTED") {
 				t.Fatalf("node could not start under the memory limit:\n%s", r)
 			}
+		})
+		t.Run("cpu", func(t *testing.T) {
+			// limits.cpu 0.1 allows 0.1 s of CPU a second (cpu.max: 10 ms a 100 ms period) to the
+			// whole box. The control is the same run without the limit, in the same tier (gVisor
+			// counts its tasks' time by its own clock): on two processors it gives the spinners up
+			// to 2 s. The limited run may have a period or two of slack, not a quarter of that.
+			r := h.sandboxed("", spin)
+			control := cpuOf(r)
+			if control < 0 {
+				t.Fatalf("control: %s", r)
+			}
+			if control < 0.6 {
+				t.Skipf("without the limit the spinners got only %.2f s of CPU in 1 s: the host is too loaded to tell a limit from the load", control)
+			}
+			r = h.sandboxed("limits:\n  cpu: 0.1\n", spin)
+			if strings.Contains(r.stderr, "limits.cpu: no usable cgroup") {
+				t.Skipf("no usable cgroup here, and cordon says so: %s", strings.TrimSpace(r.stderr))
+			}
+			got := cpuOf(r)
+			if got < 0 {
+				t.Fatalf("the spinners did not report:\n%s", r)
+			}
+			if got > control/4 {
+				t.Fatalf("the CPU limit did not hold: with 0.1 CPU the spinners got %.2f s in 1 s (%.2f s without the limit):\n%s", got, control, r)
+			}
+			t.Logf("CPU in 1 s of wall time: %.3f s with limits.cpu 0.1, %.3f s without", got, control)
 		})
 		t.Run("timeout", func(t *testing.T) {
 			start := time.Now()
