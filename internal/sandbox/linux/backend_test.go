@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if IsInit() {
 		os.Exit(InitMain())
 	}
+	if arg := os.Getenv("CORDON_TEST_LANDLOCK_CHILD"); arg != "" {
+		landlockChild(arg)
+	}
 	if os.Getenv("CORDON_TEST_THREADS_CHILD") == "1" {
 		threadsChild()
 		os.Exit(0)
