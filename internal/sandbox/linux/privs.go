@@ -68,16 +68,20 @@ func dropOtherThreads() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset on every thread: %w", e)
 	}
-	return checkThreadsDropped("/proc/self/task")
+	return checkThreadsDropped("/proc/self/task", unix.Gettid())
 }
 
 // checkThreadsDropped asks capget(2) for the sets of each thread listed under dir (/proc/self/task)
-// and fails on any thread that still holds a capability (the bounding set aside).
-func checkThreadsDropped(dir string) error {
+// and fails on any thread that still holds a capability (the bounding set aside). self, a thread id
+// the listing must hold and capget must find, keeps the check from passing on a listing it cannot
+// read as this process's (a /proc of another pid namespace, whose ids capget would not find): 0
+// checks a listing of another process.
+func checkThreadsDropped(dir string, self int) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("listing init's threads: %w", err)
 	}
+	seen := self == 0
 	for _, e := range ents {
 		tid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -86,16 +90,20 @@ func checkThreadsDropped(dir string) error {
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3, Pid: int32(tid)}
 		var data [2]unix.CapUserData
 		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			if errors.Is(err, unix.ESRCH) {
+			if errors.Is(err, unix.ESRCH) && tid != self {
 				continue // the thread has ended
 			}
 			return fmt.Errorf("thread %d's capabilities: %w", tid, err)
 		}
+		seen = seen || tid == self
 		for _, d := range data {
 			if d.Effective|d.Permitted|d.Inheritable != 0 {
 				return fmt.Errorf("thread %d still holds capabilities after dropping them: %+v", tid, data)
 			}
 		}
+	}
+	if !seen {
+		return fmt.Errorf("%s does not list this thread (%d): its threads cannot be checked", dir, self)
 	}
 	return nil
 }

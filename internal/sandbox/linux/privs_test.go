@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCheckThreadsDropped: the check fails on a process whose threads hold capabilities (this test,
@@ -19,7 +21,7 @@ func TestCheckThreadsDropped(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a process that holds capabilities, and one started without them")
 	}
-	if err := checkThreadsDropped("/proc/self/task"); err == nil || !strings.Contains(err.Error(), "still holds capabilities") {
+	if err := checkThreadsDropped("/proc/self/task", 0); err == nil || !strings.Contains(err.Error(), "still holds capabilities") {
 		t.Fatalf("checkThreadsDropped on this process (root, with capabilities) = %v; want a thread named", err)
 	}
 	// The test binary again, as nobody (from a copy nobody may execute): it waits on stdin with the
@@ -64,8 +66,13 @@ func TestCheckThreadsDropped(t *testing.T) {
 	if ents, _ := os.ReadDir(task); len(ents) < 2 {
 		t.Fatalf("the child has %d threads; the check needs several to prove anything", len(ents))
 	}
-	if err := checkThreadsDropped(task); err != nil {
+	if err := checkThreadsDropped(task, 0); err != nil {
 		t.Fatalf("checkThreadsDropped on an unprivileged process = %v; want nil", err)
+	}
+	// A listing that does not hold the thread asking is refused, not passed: it may be another pid
+	// namespace's /proc, whose thread ids capget would not find.
+	if err := checkThreadsDropped(task, unix.Gettid()); err == nil || !strings.Contains(err.Error(), "does not list this thread") {
+		t.Fatalf("checkThreadsDropped of another process's threads, as this thread's = %v; want a refusal", err)
 	}
 }
 
