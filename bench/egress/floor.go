@@ -73,7 +73,9 @@ func role(args []string) bool {
 		par, err := strconv.Atoi(args[4])
 		check(err)
 		rate, p50 := client(args[2], n, par)
-		fmt.Printf("%f %f\n", rate, p50.Seconds()*1e6)
+		var ru syscall.Rusage
+		check(syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+		fmt.Printf("%f %f %f\n", rate, p50.Seconds()*1e6, time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds())
 	default:
 		return false
 	}
@@ -191,12 +193,33 @@ func relayEpoll(upstream string, ready func(port int)) error {
 		fd, peer int
 		pending  []byte // read from fd, not yet written to peer
 		eof      bool
+		events   uint32 // what fd is watched for
 	}
 	ends := map[int]*end{}
 	watch := func(op, fd int, ev uint32) {
 		_ = unix.EpollCtl(ep, op, fd, &unix.EpollEvent{Events: ev, Fd: int32(fd)})
 	}
 	watch(unix.EPOLL_CTL_ADD, ln, unix.EPOLLIN)
+	// The set is level-triggered, so a socket is watched for reading only while there is somewhere
+	// to put what it has (nothing of it pending, its end not yet read), and for writing only while
+	// its peer's bytes wait for room in it. Otherwise a socket at its end of stream, or one whose
+	// bytes wait for a full peer, would wake the loop at once, again and again: the loop would spin.
+	update := func(e *end) {
+		if e == nil || ends[e.fd] != e {
+			return
+		}
+		var ev uint32
+		if !e.eof && len(e.pending) == 0 {
+			ev |= unix.EPOLLIN | unix.EPOLLRDHUP
+		}
+		if p := ends[e.peer]; p != nil && len(p.pending) > 0 {
+			ev |= unix.EPOLLOUT
+		}
+		if ev != e.events {
+			watch(unix.EPOLL_CTL_MOD, e.fd, ev)
+			e.events = ev
+		}
+	}
 	closePair := func(e *end) {
 		for _, fd := range []int{e.fd, e.peer} {
 			if ends[fd] != nil {
@@ -207,13 +230,14 @@ func relayEpoll(upstream string, ready func(port int)) error {
 	}
 	buf := make([]byte, 4<<20)
 	evs := make([]unix.EpollEvent, 256)
-	// pump moves bytes from e to its peer until e has nothing to read or the peer is full.
+	// pump moves bytes from e to its peer until e has nothing to read or the peer is full, then
+	// sets what both sockets are watched for.
 	pump := func(e *end) {
+		defer func() { update(e); update(ends[e.peer]) }()
 		for {
 			if len(e.pending) > 0 {
 				k, err := unix.Write(e.peer, e.pending)
 				if err == unix.EAGAIN {
-					watch(unix.EPOLL_CTL_MOD, e.peer, unix.EPOLLIN|unix.EPOLLOUT)
 					return
 				}
 				if err != nil {
@@ -269,9 +293,10 @@ func relayEpoll(upstream string, ready func(port int)) error {
 						_ = unix.Close(u)
 						continue
 					}
-					ends[c], ends[u] = &end{fd: c, peer: u}, &end{fd: u, peer: c}
-					watch(unix.EPOLL_CTL_ADD, c, unix.EPOLLIN|unix.EPOLLRDHUP)
-					watch(unix.EPOLL_CTL_ADD, u, unix.EPOLLIN|unix.EPOLLRDHUP)
+					reading := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
+					ends[c], ends[u] = &end{fd: c, peer: u, events: reading}, &end{fd: u, peer: c, events: reading}
+					watch(unix.EPOLL_CTL_ADD, c, reading)
+					watch(unix.EPOLL_CTL_ADD, u, reading)
 				}
 				continue
 			}
@@ -281,7 +306,6 @@ func relayEpoll(upstream string, ready func(port int)) error {
 			}
 			if ev.Events&unix.EPOLLOUT != 0 {
 				// fd's send buffer has room: finish what its peer had pending for it.
-				watch(unix.EPOLL_CTL_MOD, fd, unix.EPOLLIN|unix.EPOLLRDHUP)
 				if p := ends[e.peer]; p != nil {
 					pump(p)
 				}

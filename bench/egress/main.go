@@ -5,7 +5,8 @@
 // proxy), new connections per second through the gateway (a compiled client: this binary in its
 // "client" role), and connections held at once. Every figure is a ratio within one run against the
 // same client direct and through two relays that only copy (see floor.go), the floor under any
-// user-space gateway on the machine.
+// user-space gateway on the machine. The connection test also gives each contender's CPU per
+// connection: the client's own, and the relay's (or the rest of cordon's run).
 //
 //	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
 package main
@@ -181,38 +182,51 @@ func main() {
 		exe, err := os.ReadFile(self)
 		check(err)
 		check(os.WriteFile(filepath.Join(project, "egress-client"), exe, 0o755))
-		ways := []struct {
-			name string
-			argv func(par int) []string
-		}{
-			{"direct", func(par int) []string {
+		// Each way's CPU is split in two: the client's own (it reports its getrusage) and the rest of
+		// what the way ran: the relay process's, or cordon's whole run but the client (its process,
+		// init, their start and end). The upstream is this process's and is counted for none.
+		type rateWay struct {
+			name  string
+			relay *relay // whose CPU the way adds; nil for direct and cordon
+			argv  func(par int) []string
+		}
+		ways := []rateWay{
+			{"direct", nil, func(par int) []string {
 				return []string{self, "client", upstream, strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"Go relay", func(par int) []string {
+			{"Go relay", goRelay, func(par int) []string {
 				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", goRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"epoll relay", func(par int) []string {
+			{"epoll relay", epollRelay, func(par int) []string {
 				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", epollRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"cordon", func(par int) []string {
+			{"cordon", nil, func(par int) []string {
 				return []string{bin, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
 		}
 		if base != "" {
-			ways = append(ways, struct {
-				name string
-				argv func(par int) []string
-			}{"baseline", func(par int) []string {
+			ways = append(ways, rateWay{"baseline", nil, func(par int) []string {
 				return []string{base, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}})
 		}
 		for _, par := range []int{1, 4} {
 			rates, lats := make([][]float64, len(ways)), make([][]float64, len(ways))
+			clientCPU, restCPU := make([]time.Duration, len(ways)), make([]time.Duration, len(ways))
 			for range *rounds {
 				for i, w := range ways {
 					argv := w.argv(par)
+					c0, r0 := cpuTime(syscall.RUSAGE_CHILDREN), time.Duration(0)
+					if w.relay != nil {
+						r0 = w.relay.cpu()
+					}
 					f := strings.Fields(run(env, project, argv[0], argv[1:]...))
 					rates[i], lats[i] = append(rates[i], parse(f[0])), append(lats[i], parse(f[1]))
+					own := time.Duration(parse(f[2]) * float64(time.Second))
+					clientCPU[i] += own
+					restCPU[i] += cpuTime(syscall.RUSAGE_CHILDREN) - c0 - own
+					if w.relay != nil {
+						restCPU[i] += w.relay.cpu() - r0
+					}
 				}
 			}
 			fmt.Printf("new connections, %d at a time, %d each, %d rounds (medians; target >= 5000/s and < 200 µs added):\n", par, *conns, *rounds)
@@ -224,9 +238,11 @@ func main() {
 					}
 					return median(r)
 				}
-				fmt.Printf("  %-11s %6.0f/s (range %.0f-%.0f), %.2fx direct, %.2fx the epoll relay; p50 per connection %4.0f µs, %4.0f µs added\n",
+				perConn := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(*rounds*(*conns/par*par)) }
+				fmt.Printf("  %-11s %6.0f/s (range %.0f-%.0f), %.2fx direct, %.2fx the epoll relay; p50 per connection %4.0f µs, %4.0f µs added; CPU per connection: client %3.0f µs, %s %3.0f µs\n",
 					w.name, median(slices.Clone(rates[i])), slices.Min(rates[i]), slices.Max(rates[i]), ratio(0), ratio(2),
-					median(slices.Clone(lats[i])), median(slices.Clone(lats[i]))-median(slices.Clone(lats[0])))
+					median(slices.Clone(lats[i])), median(slices.Clone(lats[i]))-median(slices.Clone(lats[0])),
+					perConn(clientCPU[i]), cpuOf(w.name, w.relay != nil), perConn(restCPU[i]))
 			}
 		}
 	}
@@ -354,6 +370,17 @@ func fdLimit(pid int) string {
 
 // cpuTime is the user plus system CPU time of who (RUSAGE_SELF or RUSAGE_CHILDREN, the waited-for
 // descendants).
+// cpuOf names what a rate way's second CPU figure counts.
+func cpuOf(name string, relayed bool) string {
+	switch {
+	case relayed:
+		return "relay"
+	case name == "direct":
+		return "nothing else"
+	}
+	return "the rest of the run"
+}
+
 func cpuTime(who int) time.Duration {
 	var ru syscall.Rusage
 	check(syscall.Getrusage(who, &ru))
