@@ -188,24 +188,25 @@ func main() {
 		type rateWay struct {
 			name  string
 			relay *relay // whose CPU the way adds; nil for direct and cordon
+			rest  string // what the second CPU figure counts
 			argv  func(par int) []string
 		}
 		ways := []rateWay{
-			{"direct", nil, func(par int) []string {
+			{"direct", nil, "nothing else", func(par int) []string {
 				return []string{self, "client", upstream, strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"Go relay", goRelay, func(par int) []string {
+			{"Go relay", goRelay, "relay", func(par int) []string {
 				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", goRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"epoll relay", epollRelay, func(par int) []string {
+			{"epoll relay", epollRelay, "relay", func(par int) []string {
 				return []string{self, "client", fmt.Sprintf("127.0.0.1:%d", epollRelay.port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
-			{"cordon", nil, func(par int) []string {
+			{"cordon", nil, "the rest of the run", func(par int) []string {
 				return []string{bin, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}},
 		}
 		if base != "" {
-			ways = append(ways, rateWay{"baseline", nil, func(par int) []string {
+			ways = append(ways, rateWay{"baseline", nil, "the rest of the run", func(par int) []string {
 				return []string{base, "run", "--policy", pol, "--", "./egress-client", "client", fmt.Sprintf("bench.test:%d", port), strconv.Itoa(*conns), strconv.Itoa(par)}
 			}})
 		}
@@ -242,7 +243,7 @@ func main() {
 				fmt.Printf("  %-11s %6.0f/s (range %.0f-%.0f), %.2fx direct, %.2fx the epoll relay; p50 per connection %4.0f µs, %4.0f µs added; CPU per connection: client %3.0f µs, %s %3.0f µs\n",
 					w.name, median(slices.Clone(rates[i])), slices.Min(rates[i]), slices.Max(rates[i]), ratio(0), ratio(2),
 					median(slices.Clone(lats[i])), median(slices.Clone(lats[i]))-median(slices.Clone(lats[0])),
-					perConn(clientCPU[i]), cpuOf(w.name, w.relay != nil), perConn(restCPU[i]))
+					perConn(clientCPU[i]), w.rest, perConn(restCPU[i]))
 			}
 		}
 	}
@@ -370,17 +371,6 @@ func fdLimit(pid int) string {
 
 // cpuTime is the user plus system CPU time of who (RUSAGE_SELF or RUSAGE_CHILDREN, the waited-for
 // descendants).
-// cpuOf names what a rate way's second CPU figure counts.
-func cpuOf(name string, relayed bool) string {
-	switch {
-	case relayed:
-		return "relay"
-	case name == "direct":
-		return "nothing else"
-	}
-	return "the rest of the run"
-}
-
 func cpuTime(who int) time.Duration {
 	var ru syscall.Rusage
 	check(syscall.Getrusage(who, &ru))
