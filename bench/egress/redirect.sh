@@ -6,7 +6,8 @@
 # floor itself, apart from any gateway. A third arm hands the same connections to the relays with an
 # nftables tproxy rule and no connection tracking at all (the design that would drop the NAT
 # rewrite and conntrack entry from each connection; the relays' listeners are transparent), so that
-# the three can be compared in one round. Usage, from the repository:
+# the three can be compared in one round. Each connection arm also gives the client's own CPU per
+# connection. Usage, from the repository:
 #
 #	go build -o /tmp/egress-bench ./bench/egress
 #	flock /tmp/bench.lock unshare -n sh bench/egress/redirect.sh /tmp/egress-bench [rounds]
@@ -48,18 +49,22 @@ ip route add default dev lo src 127.0.0.1
 ip rule add fwmark 1 lookup 100
 ip route add local 0.0.0.0/0 dev lo table 100
 speed() { curl -sS -o /dev/null -w '%{speed_download}' "http://$1/?mib=1024"; }
+# conns ADDR: the client role's line (rate, p50 in µs, its own CPU in s) for $n connections, with its
+# CPU turned into µs per connection (the role makes 50 warm-up connections first).
+n=2000
+conns() { "$bin" client "$1" $n 1 | awk -v n=$n '{printf "%s %s %.0f", $1, $2, $3 * 1e6 / (n + 50)}'; }
 for i in $(seq "$rounds"); do
 	a=$(speed 127.0.0.1:$goport)
-	c=$("$bin" client 127.0.0.1:$epport 2000 1)
-	d=$("$bin" client "$up" 2000 1)
+	c=$(conns 127.0.0.1:$epport)
+	d=$(conns "$up")
 	rules
 	b=$(speed 127.0.0.1:19998)
-	e=$("$bin" client 127.0.0.1:19999 2000 1)
+	e=$(conns 127.0.0.1:19999)
 	nft delete table inet bench
 	tproxy
 	f=$(speed 10.99.0.1:19998)
-	g=$("$bin" client 10.99.0.1:19999 2000 1)
+	g=$(conns 10.99.0.1:19999)
 	nft delete table inet bench
-	echo "$a $b $f $c $e $g $d" | awk '{printf "round: 1 GiB through the Go relay %.0f, behind the redirect %.0f MiB/s (%.2fx), by tproxy %.0f (%.2fx); new connections through the epoll relay %.0f/s p50 +%.0f us, behind the redirect %.0f/s (%.2fx) p50 +%.0f us, by tproxy %.0f/s (%.2fx) p50 +%.0f us (direct p50 %.0f us)\n",
-		$1/2^20, $2/2^20, $2/$1, $3/2^20, $3/$1, $4, $5-$11, $6, $6/$4, $7-$11, $8, $8/$4, $9-$11, $11}'
+	echo "$a $b $f $c $e $g $d" | awk '{printf "round: 1 GiB through the Go relay %.0f, behind the redirect %.0f MiB/s (%.2fx), by tproxy %.0f (%.2fx); new connections through the epoll relay %.0f/s p50 +%.0f us client %.0f us CPU, behind the redirect %.0f/s (%.2fx) p50 +%.0f us client %.0f us, by tproxy %.0f/s (%.2fx) p50 +%.0f us client %.0f us (direct p50 %.0f us, client %.0f us)\n",
+		$1/2^20, $2/2^20, $2/$1, $3/2^20, $3/$1, $4, $5-$14, $6, $7, $7/$4, $8-$14, $9, $10, $10/$4, $11-$14, $12, $14, $15}'
 done
