@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -109,23 +110,24 @@ func main() {
 		// host (the floor); through cordon's transparent path (proxies off: DNS, nftables redirect,
 		// conntrack); through its explicit proxy (HTTP_PROXY).
 		type way struct {
-			name string
-			argv []string
+			name   string
+			argv   []string
+			cordon bool // a run of cordon (or the baseline build), not a floor
 		}
 		ways := []way{
-			{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}},
-			{"Go relay", []string{"sh", "-c", curl("127.0.0.1", goRelay.port, "--noproxy '*'")}},
-			{"splice", []string{"sh", "-c", curl("127.0.0.1", spliceRelay.port, "--noproxy '*'")}},
+			{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}, false},
+			{"Go relay", []string{"sh", "-c", curl("127.0.0.1", goRelay.port, "--noproxy '*'")}, false},
+			{"splice", []string{"sh", "-c", curl("127.0.0.1", spliceRelay.port, "--noproxy '*'")}, false},
 		}
 		if sockmapRelay != nil {
-			ways = append(ways, way{"sockmap", []string{"sh", "-c", curl("127.0.0.1", sockmapRelay.port, "--noproxy '*'")}})
+			ways = append(ways, way{"sockmap", []string{"sh", "-c", curl("127.0.0.1", sockmapRelay.port, "--noproxy '*'")}, false})
 		}
 		ways = append(ways, []way{
-			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}},
-			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}},
+			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true},
+			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}, true},
 		}...)
 		if base != "" {
-			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}})
+			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true})
 		}
 		speeds := make([][]float64, len(ways))
 		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's or the relay's with it
@@ -134,7 +136,11 @@ func main() {
 		machine := make([]time.Duration, len(ways))
 		var server time.Duration
 		for range *rounds {
-			for i, w := range ways {
+			// Each round runs the ways in an order of its own, so that no way always follows the
+			// same one (a cordon run's namespaces are torn down by the kernel after it exits, while
+			// the next way runs; a kernel relay leaves work queued) or always runs first.
+			for _, i := range rand.Perm(len(ways)) {
+				w := ways[i]
 				s0, c0, r0, m0 := cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN), relayCPU(), machineCPU()
 				out, err := tryRun(env, project, w.argv[0], w.argv[1:]...)
 				v := speed(out)
@@ -153,12 +159,18 @@ func main() {
 		}
 		gib := float64(*sizeMiB) / 1024 * float64(*rounds)
 		fmt.Printf("download %d MiB, %d rounds; server CPU %.2f s/GiB\n", *sizeMiB, *rounds, server.Seconds()/gib/float64(len(ways)))
-		for i, w := range ways {
+		// Each round's speed over another way's in the same round: x of direct for every way, and,
+		// for cordon's (the rootless target is the plain-copy floor measured in the same run), x of
+		// the Go relay, paired by round so that the VM's drift between rounds cancels.
+		perRound := func(i, j int) []float64 {
 			ratios := make([]float64, *rounds)
 			for k := range ratios {
-				ratios[k] = speeds[i][k] / speeds[0][k]
+				ratios[k] = speeds[i][k] / speeds[j][k]
 			}
-			sp, rs := measured(speeds[i]), measured(ratios)
+			return measured(ratios)
+		}
+		for i, w := range ways {
+			sp, rs := measured(speeds[i]), perRound(i, 0)
 			if len(sp) == 0 || len(rs) == 0 {
 				fmt.Printf("  %-11s every round failed\n", w.name)
 				continue
@@ -170,6 +182,18 @@ func main() {
 			fmt.Printf("  %-11s median %5.0f MiB/s (range %.0f-%.0f), x-of-direct median %.2f (range %.2f-%.2f); client (+ relay or cordon) CPU %.2f s/GiB, machine %.2f%s\n",
 				w.name, median(slices.Clone(sp))/(1<<20), slices.Min(sp)/(1<<20), slices.Max(sp)/(1<<20),
 				median(slices.Clone(rs)), slices.Min(rs), slices.Max(rs), cpu[i].Seconds()/gib, machine[i].Seconds()/gib, failed)
+			if w.cordon {
+				if fr := perRound(i, 1); len(fr) > 0 { // ways[1] is the Go relay
+					fmt.Printf("  %-11s x-of-Go-relay median %.2f (range %.2f-%.2f), paired by round\n", "", median(slices.Clone(fr)), slices.Min(fr), slices.Max(fr))
+				}
+			}
+		}
+		if base != "" {
+			// The baseline runs the transparent way's command: the build against it, round by round.
+			tr, bl := slices.IndexFunc(ways, func(w way) bool { return w.name == "transparent" }), len(ways)-1
+			if ab := perRound(tr, bl); len(ab) > 0 {
+				fmt.Printf("  transparent / baseline median %.2f (range %.2f-%.2f), paired by round\n", median(slices.Clone(ab)), slices.Min(ab), slices.Max(ab))
+			}
 		}
 	}
 

@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Relay buffer sizes. A connection starts with a small buffer and moves to a large one once a read
@@ -37,6 +39,9 @@ type bufferPool struct {
 	large      [][]byte
 	largeInUse int
 	inUse      int // buffers of either size handed out and not returned, for tests
+	// hold is how long a batch of a bulk body may be awaited (see lowWater): batchHold if zero; a
+	// test lengthens it to see the hold.
+	hold time.Duration
 }
 
 // get returns a buffer, a large one if large is asked and fewer than maxLargeBuffers are in use.
@@ -162,12 +167,23 @@ func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written 
 		n     int   // bytes in buf not yet written
 		serr  error // the read(2) or write(2) error, as opposed to the poller's
 	)
+	// A body of known length from a TCP socket is read in batches (see lowWater).
+	var lw *lowWater
+	if _, tcp := src.(*net.TCPConn); tcp && limit >= 0 {
+		lw = &lowWater{rc: rc, mark: 1, hold: cmp.Or(p.hold, batchHold)}
+	}
 	defer func() {
 		if buf != nil {
 			p.put(buf)
 		}
+		if lw != nil {
+			lw.done()
+		}
 	}()
 	fill := func(fd uintptr) bool {
+		if lw != nil {
+			lw.woke()
+		}
 		if buf == nil {
 			buf = p.get(large)
 		}
@@ -183,6 +199,9 @@ func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written 
 				if k == len(buf) {
 					large = true
 				}
+				if left := limit - written - int64(k); lw != nil && large && left > 0 {
+					lw.raise(fd, int(min(left, batchSize)))
+				}
 				return true
 			case syscall.EINTR:
 				continue
@@ -191,6 +210,9 @@ func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written 
 				// connection holds none.
 				p.put(buf)
 				buf = nil
+				if lw != nil {
+					lw.waiting()
+				}
 				return false
 			}
 			serr = err
