@@ -363,16 +363,20 @@ func client(addr string, n, par int) (float64, time.Duration) {
 
 // relay is a relay process started by startRelay.
 type relay struct {
+	name string // as the results name it
 	port int
 	cmd  *exec.Cmd
 }
+
+// relayNames are the relay roles' names in the results.
+var relayNames = map[string]string{"relay-go": "Go relay", "relay-splice": "splice", "relay-sockmap": "sockmap", "relay-epoll": "epoll relay"}
 
 // startRelay runs this binary as a relay (role "relay-go" or "relay-epoll") to upstream, returning
 // once it listens.
 func startRelay(role, upstream string) *relay {
 	self, err := os.Executable()
 	check(err)
-	r := &relay{cmd: exec.Command(self, role, upstream)}
+	r := &relay{name: relayNames[role], cmd: exec.Command(self, role, upstream)}
 	r.cmd.Stderr = os.Stderr
 	// A bench that exits on an error (check) runs no deferred stop: the relays go with it.
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -2,20 +2,28 @@
 
 // Command egress measures cordon's egress gateway end to end: a download from an upstream on the
 // host's loopback through a real sandbox (transparent path: curl with proxies off; and the explicit
-// proxy), new connections per second through the gateway (a compiled client: this binary in its
-// "client" role), and connections held at once. Every figure is a ratio within one run against the
-// same client direct and through two relays that only copy (see floor.go), the floor under any
-// user-space gateway on the machine. The connection test also gives each contender's CPU per
-// connection: the client's own, and the relay's (or the rest of cordon's run).
+// proxy), over plain HTTP (forwarded request by request) and over TLS the gateway passes through,
+// new connections per second through the gateway (a compiled client: this binary in its "client"
+// role), and connections held at once. Every figure is a ratio within one run against the same
+// client direct and through relays that only copy (see floor.go), the floor under any user-space
+// gateway on the machine. The connection test also gives each contender's CPU per connection: the
+// client's own, and the relay's (or the rest of cordon's run).
 //
 //	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/egress -cordon bin/cordon -size 1024
 package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"flag"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -39,7 +47,7 @@ func main() {
 	conns := flag.Int("conns", 2000, "connections for the connection-rate test")
 	concurrent := flag.Int("concurrent", 10000, "connections held open at once")
 	rounds := flag.Int("rounds", 3, "rounds of the download and connection-rate tests (direct and through interleaved)")
-	tests := flag.String("tests", "download,rate,concurrent", "comma-separated tests to run")
+	tests := flag.String("tests", "download,tls-download,rate,concurrent", "comma-separated tests to run")
 	keep := flag.Bool("keep", false, "keep the state directory (audit logs) and print its path")
 	flag.Parse()
 	want := func(t string) bool { return strings.Contains(","+*tests+",", ","+t+",") }
@@ -64,6 +72,10 @@ func main() {
 	check(err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	go serve(ln)
+	tlsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	tlsPort := tlsLn.Addr().(*net.TCPAddr).Port
+	go serve(tls.NewListener(tlsLn, selfSigned("bench.test")))
 
 	dir, err := os.MkdirTemp("", "cordon-bench-egress-")
 	check(err)
@@ -75,13 +87,13 @@ func main() {
 	project := filepath.Join(dir, "project")
 	check(os.Mkdir(project, 0o755))
 	pol := filepath.Join(dir, "policy.yaml")
-	check(os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nnetwork:\n  allow: [{host: bench.test, ports: [%d]}]\n  hosts: {bench.test: 127.0.0.1}\n", port)), 0o644))
+	check(os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nnetwork:\n  allow: [{host: bench.test, ports: [%d, %d]}]\n  hosts: {bench.test: 127.0.0.1}\n", port, tlsPort)), 0o644))
 	env := append(os.Environ(), "XDG_STATE_HOME="+filepath.Join(dir, "state"))
 
 	// Throughput: curl reports its own average download speed (bytes/s), so process start-up is not
 	// counted on either side.
-	curl := func(host string, port int, proxy string) string {
-		return fmt.Sprintf("curl -sS %s -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", proxy, host, port, *sizeMiB)
+	curl := func(host string, port int, flags string) string {
+		return fmt.Sprintf("curl -sS %s -o /dev/null -w '%%{speed_download}' 'http://%s:%d/?mib=%d'", flags, host, port, *sizeMiB)
 	}
 	// The floor: what relaying alone costs here, measured with relays that check and log nothing.
 	upstream := fmt.Sprintf("127.0.0.1:%d", port)
@@ -105,30 +117,15 @@ func main() {
 		}
 		return d
 	}
-	if want("download") {
-		// Four ways, interleaved in each round: direct (no sandbox); through a plain Go relay on the
-		// host (the floor); through cordon's transparent path (proxies off: DNS, nftables redirect,
-		// conntrack); through its explicit proxy (HTTP_PROXY).
-		type way struct {
-			name   string
-			argv   []string
-			cordon bool // a run of cordon (or the baseline build), not a floor
-		}
-		ways := []way{
-			{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}, false},
-			{"Go relay", []string{"sh", "-c", curl("127.0.0.1", goRelay.port, "--noproxy '*'")}, false},
-			{"splice", []string{"sh", "-c", curl("127.0.0.1", spliceRelay.port, "--noproxy '*'")}, false},
-		}
-		if sockmapRelay != nil {
-			ways = append(ways, way{"sockmap", []string{"sh", "-c", curl("127.0.0.1", sockmapRelay.port, "--noproxy '*'")}, false})
-		}
-		ways = append(ways, []way{
-			{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true},
-			{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}, true},
-		}...)
-		if base != "" {
-			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true})
-		}
+	// A download way: one command per round, whose output is curl's transfer rate.
+	type way struct {
+		name   string
+		argv   []string
+		cordon bool // a run of cordon (or the baseline build), not a floor
+	}
+	// download runs the ways interleaved, rounds times, and prints each one's rate against direct
+	// (ways[0]) and, for cordon's, against the Go relay (ways[1]).
+	download := func(title string, ways []way) {
 		speeds := make([][]float64, len(ways))
 		cpu := make([]time.Duration, len(ways)) // the client's, and cordon's or the relay's with it
 		// The whole machine's, since a kernel relay's work runs in kernel threads (softirq, the
@@ -158,7 +155,7 @@ func main() {
 			}
 		}
 		gib := float64(*sizeMiB) / 1024 * float64(*rounds)
-		fmt.Printf("download %d MiB, %d rounds; server CPU %.2f s/GiB\n", *sizeMiB, *rounds, server.Seconds()/gib/float64(len(ways)))
+		fmt.Printf("%s %d MiB, %d rounds; server CPU %.2f s/GiB\n", title, *sizeMiB, *rounds, server.Seconds()/gib/float64(len(ways)))
 		// Each round's speed over another way's in the same round: x of direct for every way, and,
 		// for cordon's (the rootless target is the plain-copy floor measured in the same run), x of
 		// the Go relay, paired by round so that the VM's drift between rounds cancels.
@@ -183,7 +180,7 @@ func main() {
 				w.name, median(slices.Clone(sp))/(1<<20), slices.Min(sp)/(1<<20), slices.Max(sp)/(1<<20),
 				median(slices.Clone(rs)), slices.Min(rs), slices.Max(rs), cpu[i].Seconds()/gib, machine[i].Seconds()/gib, failed)
 			if w.cordon {
-				if fr := perRound(i, 1); len(fr) > 0 { // ways[1] is the Go relay
+				if fr := perRound(i, 1); len(fr) > 0 {
 					fmt.Printf("  %-11s x-of-Go-relay median %.2f (range %.2f-%.2f), paired by round\n", "", median(slices.Clone(fr)), slices.Min(fr), slices.Max(fr))
 				}
 			}
@@ -195,6 +192,52 @@ func main() {
 				fmt.Printf("  transparent / baseline median %.2f (range %.2f-%.2f), paired by round\n", median(slices.Clone(ab)), slices.Min(ab), slices.Max(ab))
 			}
 		}
+	}
+	// downloadWays are a download's contenders, curl(host, port, flags) being its command: direct
+	// (no sandbox); through the floor relays on the host (floors[0] the Go relay; nil ones left
+	// out); through cordon's transparent path (proxies off: DNS, nftables redirect, conntrack);
+	// through its explicit proxy (HTTP_PROXY); and the baseline build's transparent path.
+	downloadWays := func(curl func(host string, port int, flags string) string, port int, floors ...*relay) []way {
+		ways := []way{{"direct", []string{"sh", "-c", curl("127.0.0.1", port, "--noproxy '*'")}, false}}
+		for _, r := range floors {
+			if r != nil {
+				ways = append(ways, way{r.name, []string{"sh", "-c", curl("127.0.0.1", r.port, "--noproxy '*'")}, false})
+			}
+		}
+		ways = append(ways,
+			way{"transparent", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true},
+			way{"explicit", []string{bin, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, `-x "$http_proxy"`)}, true})
+		if base != "" {
+			ways = append(ways, way{"baseline", []string{base, "run", "--policy", pol, "--", "sh", "-c", curl("bench.test", port, "--noproxy '*'")}, true})
+		}
+		return ways
+	}
+	if want("download") {
+		download("download", downloadWays(curl, port, goRelay, spliceRelay, sockmapRelay))
+	}
+	if want("tls-download") {
+		// The same download over TLS that cordon does not inspect (no credential or HTTP rule names
+		// the host): the gateway judges the ClientHello's name and passes the stream through, as it
+		// does for most HTTPS, where plain HTTP is forwarded request by request. The floors relay to
+		// the TLS port; curl sends the name everywhere (the relays' clients resolve it to loopback).
+		tlsUp := fmt.Sprintf("127.0.0.1:%d", tlsPort)
+		tlsGo, tlsSplice := startRelay("relay-go", tlsUp), startRelay("relay-splice", tlsUp)
+		defer tlsGo.stop()
+		defer tlsSplice.stop()
+		relays = append(relays, tlsGo, tlsSplice)
+		var tlsSockmap *relay
+		if os.Geteuid() == 0 {
+			tlsSockmap = startRelay("relay-sockmap", tlsUp)
+			defer tlsSockmap.stop()
+			relays = append(relays, tlsSockmap)
+		}
+		curlTLS := func(host string, port int, flags string) string {
+			if host == "127.0.0.1" {
+				flags += fmt.Sprintf(" --resolve bench.test:%d:127.0.0.1", port)
+			}
+			return fmt.Sprintf("curl -sS -k --http1.1 %s -o /dev/null -w '%%{speed_download}' 'https://bench.test:%d/?mib=%d'", flags, port, *sizeMiB)
+		}
+		download("TLS download, passed through", downloadWays(curlTLS, tlsPort, tlsGo, tlsSplice, tlsSockmap))
 	}
 
 	// Connection rate: this binary as the client ("client" role, Go: connect, HEAD, read, close; PAR
@@ -275,6 +318,23 @@ func main() {
 	if want("concurrent") {
 		holdOpen(bin, dir, project, env, port, *concurrent)
 	}
+}
+
+// selfSigned is a TLS configuration with a new self-signed certificate for name (the bench's
+// clients do not verify it: what is measured is the bytes' path, not the trust).
+func selfSigned(name string) *tls.Config {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	check(err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: name},
+		DNSNames:     []string{name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	check(err)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
 
 // serve is the upstream: GET /?mib=N answers N MiB.

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -10,26 +10,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rcvLowat reads c's SO_RCVLOWAT.
-func rcvLowat(c net.Conn) (int, error) {
+// The tests below lengthen the hold to a second, so that a raised mark can be seen while the relay
+// waits, and so that a message held for it shows as one.
+const testHold = time.Second
+
+// rcvLowat reads c's SO_RCVLOWAT. The kernel's default reads 0 on an accepted socket and 1 on a
+// dialled one; both mean one byte.
+func rcvLowat(t *testing.T, c net.Conn) int {
+	t.Helper()
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
 	var v int
 	var gerr error
 	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT) }); err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
-	return v, gerr
-}
-
-// mustRcvLowat is rcvLowat for the test's goroutine.
-func mustRcvLowat(t *testing.T, c net.Conn) int {
-	t.Helper()
-	v, err := rcvLowat(c)
-	if err != nil {
-		t.Fatalf("SO_RCVLOWAT: %v", err)
+	if gerr != nil {
+		t.Fatalf("SO_RCVLOWAT: %v", gerr)
 	}
 	return v
 }
@@ -49,107 +48,123 @@ func relayedPairs(t *testing.T) (a, b, c, d net.Conn) {
 	return a, b, c, d
 }
 
-// TestRelayNBatchesAndRestores checks that a bulk body of known length is read with a raised
-// receive low-water mark, and that the relay leaves the mark at one byte when the body is done, so
-// that the next response head on a kept-alive connection is read as soon as it arrives.
-func TestRelayNBatchesAndRestores(t *testing.T) {
-	a, b, c, d := relayedPairs(t)
-	const size = 64 << 20
-	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB, a sender's write
-	raised := make(chan int, 1)
-	go func() {
-		most := 1
-		defer func() { raised <- most }()
-		for sent := 0; sent < size; sent += len(chunk) {
-			if _, err := a.Write(chunk); err != nil {
-				return
-			}
-			if sent%(4<<20) == 0 {
-				if v, err := rcvLowat(b); err == nil {
-					most = max(most, v)
-				}
-			}
-		}
-	}()
-	go func() { _, _ = io.Copy(io.Discard, d) }()
-	var pool bufferPool
-	n, err := pool.relayN(c, b, size)
-	if err != nil || n != size {
-		t.Fatalf("relayed %d, %v; want %d", n, err, size)
-	}
-	if m := <-raised; m <= 1 {
-		t.Errorf("the source's SO_RCVLOWAT stayed %d during a %d MiB body: its reads were not batched", m, size>>20)
-	}
-	if m := mustRcvLowat(t, b); m != 1 {
-		t.Errorf("SO_RCVLOWAT is %d after the body: the next head would wait for that many bytes", m)
-	}
-	// The next answer on the connection, 10 bytes, is read at once.
-	got := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 10)
-		_, err := io.ReadFull(b, buf)
-		got <- err
-	}()
-	if _, err := a.Write([]byte("HTTP/1.1 2")); err != nil {
+// sendBulk has the relay move a megabyte from a to d, and returns once d has all of it and the
+// relay, having found nothing more to read, waits on b with its mark raised (or fails the test).
+func sendBulk(t *testing.T, a, b, d net.Conn) {
+	t.Helper()
+	const bulk = 1 << 20
+	go func() { _, _ = a.Write(make([]byte, bulk)) }()
+	if _, err := io.ReadFull(d, make([]byte, bulk)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("10 bytes after the body were not read in 5 s")
+	time.Sleep(50 * time.Millisecond) // well within the hold
+	if m := rcvLowat(t, b); m <= 1 {
+		t.Fatalf("SO_RCVLOWAT is %d after a megabyte in bulk: the relay does not read in batches", m)
 	}
 }
 
-// TestRelayNBatchHoldIsBounded attacks the batching with a sender that pauses mid-body: a few bytes
-// sent while the relay waits for a batch must reach the client after about the hold, not when the
-// sender resumes (or never, if it waits for an answer first).
-func TestRelayNBatchHoldIsBounded(t *testing.T) {
-	a, b, c, d := relayedPairs(t)
-	// The hold is lengthened so that the trickle surely arrives within it (the mark is checked just
-	// before), and the pause is longer than the hold: the trickle must arrive in between.
-	const first, trickle, hold, pause = 1 << 20, 1000, time.Second, 5 * time.Second
-	size := int64(first + trickle + 1<<20)
-	pool := bufferPool{hold: hold}
-	relayed := make(chan error, 1)
-	go func() {
-		_, err := pool.relayN(c, b, size)
-		relayed <- err
-	}()
-	if _, err := a.Write(make([]byte, first)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(d, make([]byte, first)); err != nil {
-		t.Fatal(err)
-	}
-	// The relay has read the first megabyte in bulk and now waits for more with a raised mark.
-	time.Sleep(50 * time.Millisecond)
-	if m := mustRcvLowat(t, b); m <= trickle {
-		t.Fatalf("SO_RCVLOWAT is %d while the relay waits: no batch to hold the %d bytes back, so this test would show nothing", m, trickle)
-	}
+// within fails the test unless n bytes written to a arrive at d within limit, and reports how long
+// they took.
+func within(t *testing.T, a, d net.Conn, n int, limit time.Duration, what string) time.Duration {
+	t.Helper()
 	start := time.Now()
-	if _, err := a.Write(make([]byte, trickle)); err != nil {
+	if _, err := a.Write(make([]byte, n)); err != nil {
 		t.Fatal(err)
 	}
-	arrived := make(chan time.Duration, 1)
+	arrived := make(chan error, 1)
 	go func() {
-		if _, err := io.ReadFull(d, make([]byte, trickle)); err == nil {
-			arrived <- time.Since(start)
-		}
+		_, err := io.ReadFull(d, make([]byte, n))
+		arrived <- err
 	}()
 	select {
-	case took := <-arrived:
-		t.Logf("%d bytes sent while a batch was awaited arrived after %v (hold %v)", trickle, took, hold)
-	case <-time.After(pause):
-		t.Fatalf("%d bytes sent while a batch was awaited did not arrive in %v: the hold is not bounded", trickle, pause)
+	case err := <-arrived:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s: %d bytes did not arrive within %v", what, n, limit)
 	}
-	if _, err := a.Write(make([]byte, 1<<20)); err != nil {
-		t.Fatal(err)
-	}
+	return time.Since(start)
+}
+
+// TestRelayNBatchHoldIsBounded attacks the batching with a sender that pauses mid-body: bytes sent
+// while the relay waits for a batch must reach the client after the hold, not when the sender
+// resumes (which, if it waits for an answer first, is never).
+func TestRelayNBatchHoldIsBounded(t *testing.T) {
+	a, b, c, d := relayedPairs(t)
+	pool := bufferPool{hold: testHold}
+	const trickle = 1000
+	relayed := make(chan error, 1)
+	go func() {
+		_, err := pool.relayN(c, b, 1<<20+trickle+1<<20)
+		relayed <- err
+	}()
+	sendBulk(t, a, b, d)
+	took := within(t, a, d, trickle, 5*testHold, "sent while a batch was awaited")
+	t.Logf("%d bytes sent while a batch was awaited arrived after %v (hold %v)", trickle, took, testHold)
+	go func() { _, _ = a.Write(make([]byte, 1<<20)) }()
 	go func() { _, _ = io.Copy(io.Discard, d) }()
 	if err := <-relayed; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRelayNTailNotHeld checks that a body's last bytes are relayed at once even when they come
+// after a pause: the mark is never above what the body has left.
+func TestRelayNTailNotHeld(t *testing.T) {
+	a, b, c, d := relayedPairs(t)
+	pool := bufferPool{hold: testHold}
+	const tail = 1000
+	relayed := make(chan error, 1)
+	go func() {
+		_, err := pool.relayN(c, b, 1<<20+tail)
+		relayed <- err
+	}()
+	sendBulk(t, a, b, d)
+	within(t, a, d, tail, testHold/2, "the body's tail")
+	if err := <-relayed; err != nil {
+		t.Fatal(err)
+	}
+	if m := rcvLowat(t, b); m > 1 {
+		t.Errorf("SO_RCVLOWAT is %d after the body: the next head would wait for that many bytes", m)
+	}
+}
+
+// TestRelayRestoresMarkWhenStopped stops a relay while it waits with a raised mark, as the gateway
+// does to judge a client's bytes or to hand a connection to the kernel: whoever reads the socket
+// next must get bytes as they come.
+func TestRelayRestoresMarkWhenStopped(t *testing.T) {
+	a, b, c, d := relayedPairs(t)
+	pool := bufferPool{hold: testHold}
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := pool.relay(c, b)
+		stopped <- err
+	}()
+	sendBulk(t, a, b, d)
+	_ = b.SetReadDeadline(time.Now())
+	<-stopped
+	_ = b.SetReadDeadline(time.Time{})
+	if m := rcvLowat(t, b); m > 1 {
+		t.Errorf("SO_RCVLOWAT is %d after the relay stopped", m)
+	}
+	within(t, a, b, 10, testHold/2, "read from the socket after the relay stopped")
+}
+
+// TestRelayBatchesThenTurnsInteractive follows a passed-through stream (no length known) from a
+// bulk transfer to small messages: the first message after the bulk is held for the hold at most,
+// and the next ones are relayed at once, since a message the hold had to end says the flow is no
+// longer bulk.
+func TestRelayBatchesThenTurnsInteractive(t *testing.T) {
+	a, b, c, d := relayedPairs(t)
+	pool := bufferPool{hold: testHold}
+	go func() { _, _ = pool.relay(c, b) }()
+	sendBulk(t, a, b, d)
+	within(t, a, d, 100, 3*testHold, "the first message after the bulk")
+	for i := range 3 {
+		within(t, a, d, 100, testHold/2, fmt.Sprintf("message %d, the flow now interactive", i+2))
+	}
+	if m := rcvLowat(t, b); m > 1 {
+		t.Errorf("SO_RCVLOWAT is %d with small messages flowing, want 1", m)
 	}
 }

@@ -167,10 +167,10 @@ func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written 
 		n     int   // bytes in buf not yet written
 		serr  error // the read(2) or write(2) error, as opposed to the poller's
 	)
-	// A body of known length from a TCP socket is read in batches (see lowWater).
+	// A TCP source is read in batches while it flows in bulk (see lowWater).
 	var lw *lowWater
-	if _, tcp := src.(*net.TCPConn); tcp && limit >= 0 {
-		lw = &lowWater{rc: rc, mark: 1, hold: cmp.Or(p.hold, batchHold)}
+	if _, tcp := src.(*net.TCPConn); tcp {
+		lw = newLowWater(rc, cmp.Or(p.hold, batchHold))
 	}
 	defer func() {
 		if buf != nil {
@@ -199,8 +199,12 @@ func (p *bufferPool) copyRaw(dst io.Writer, src net.Conn, limit int64) (written 
 				if k == len(buf) {
 					large = true
 				}
-				if left := limit - written - int64(k); lw != nil && large && left > 0 {
-					lw.raise(fd, int(min(left, batchSize)))
+				if lw != nil && k > 0 {
+					left := int64(-1)
+					if limit >= 0 {
+						left = limit - written - int64(k)
+					}
+					lw.read(fd, k, k == len(want), left)
 				}
 				return true
 			case syscall.EINTR:
