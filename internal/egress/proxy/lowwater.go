@@ -34,8 +34,10 @@ const (
 // the mark; a timer armed while the relay waits lowers it back to one byte after the hold, which
 // also wakes the relay for what is queued (setting the mark runs the socket's data-ready check).
 type lowWater struct {
-	rc      syscall.RawConn
-	mark    int         // the mark as the relay last set it; 1 stands for the kernel's default (an accepted socket's reads 0, which the kernel takes as 1)
+	rc syscall.RawConn
+	// mark is the mark as the relay last set it; 1 stands for the kernel's default (an accepted
+	// socket's reads 0, which the kernel takes as 1).
+	mark    int
 	waited  bool        // the next read follows a wait for the source (or is the first)
 	lowered atomic.Bool // the timer set the socket's mark back to 1 since the relay last set it
 	hold    time.Duration

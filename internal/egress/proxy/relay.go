@@ -39,8 +39,8 @@ type bufferPool struct {
 	large      [][]byte
 	largeInUse int
 	inUse      int // buffers of either size handed out and not returned, for tests
-	// hold is how long a batch of a bulk body may be awaited (see lowWater): batchHold if zero; a
-	// test lengthens it to see the hold.
+	// hold is how long a relay may wait for a batch of a bulk flow (see lowWater): batchHold if
+	// zero; a test lengthens it to see the hold.
 	hold time.Duration
 }
 
