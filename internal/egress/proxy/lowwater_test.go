@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/cordon-sandbox/cordon/internal/audit"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,6 +50,16 @@ func relayedPairs(t *testing.T) (a, b, c, d net.Conn) {
 		}
 	})
 	return a, b, c, d
+}
+
+// inBackground runs a relay in a goroutine of its own and reports how it ended.
+func inBackground(relay func() (int64, error)) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay()
+		done <- err
+	}()
+	return done
 }
 
 // sendBulk has the relay move a megabyte from a to d, and returns once d has all of it and the
@@ -94,11 +108,7 @@ func TestRelayNBatchHoldIsBounded(t *testing.T) {
 	a, b, c, d := relayedPairs(t)
 	pool := bufferPool{hold: testHold}
 	const trickle = 1000
-	relayed := make(chan error, 1)
-	go func() {
-		_, err := pool.relayN(c, b, 1<<20+trickle+1<<20)
-		relayed <- err
-	}()
+	relayed := inBackground(func() (int64, error) { return pool.relayN(c, b, 1<<20+trickle+1<<20) })
 	sendBulk(t, a, b, d)
 	took := within(t, a, d, trickle, 5*testHold, "sent while a batch was awaited")
 	t.Logf("%d bytes sent while a batch was awaited arrived after %v (hold %v)", trickle, took, testHold)
@@ -115,11 +125,7 @@ func TestRelayNTailNotHeld(t *testing.T) {
 	a, b, c, d := relayedPairs(t)
 	pool := bufferPool{hold: testHold}
 	const tail = 1000
-	relayed := make(chan error, 1)
-	go func() {
-		_, err := pool.relayN(c, b, 1<<20+tail)
-		relayed <- err
-	}()
+	relayed := inBackground(func() (int64, error) { return pool.relayN(c, b, 1<<20+tail) })
 	sendBulk(t, a, b, d)
 	within(t, a, d, tail, testHold/2, "the body's tail")
 	if err := <-relayed; err != nil {
@@ -136,11 +142,7 @@ func TestRelayNTailNotHeld(t *testing.T) {
 func TestRelayRestoresMarkWhenStopped(t *testing.T) {
 	a, b, c, d := relayedPairs(t)
 	pool := bufferPool{hold: testHold}
-	stopped := make(chan error, 1)
-	go func() {
-		_, err := pool.relay(c, b)
-		stopped <- err
-	}()
+	stopped := inBackground(func() (int64, error) { return pool.relay(c, b) })
 	sendBulk(t, a, b, d)
 	_ = b.SetReadDeadline(time.Now())
 	<-stopped
@@ -166,5 +168,100 @@ func TestRelayBatchesThenTurnsInteractive(t *testing.T) {
 	}
 	if m := rcvLowat(t, b); m > 1 {
 		t.Errorf("SO_RCVLOWAT is %d with small messages flowing, want 1", m)
+	}
+}
+
+// TestForwardBatchedBodiesKeepAlive runs the batching through the gateway's HTTP forwarder on one
+// kept-alive connection: an 8 MiB upload, then an 8 MiB answer whose upstream sends half of it,
+// then a trickle while the gateway waits for a batch, then pauses; then a small answer. Every byte
+// must arrive in order, the trickle long before the pause ends (a batch awaited without bound would
+// hold it), and the small answer at once (a mark left raised after the body would hold it).
+func TestForwardBatchedBodiesKeepAlive(t *testing.T) {
+	h := newHarness(t)
+	const size, pause = 8 << 20, 3 * time.Second
+	pattern := func(i int) byte { return byte(i*7 + i>>13) }
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = pattern(i)
+	}
+	ln := listen(t)
+	port := portOf(ln.Addr())
+	h.pol.allow("bulk.test", port, loopback)
+	upload := make(chan bool, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		got, _ := io.ReadAll(req.Body)
+		upload <- bytes.Equal(got, body)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+		// Half, a moment for the gateway to catch up and wait for more, a trickle that fits in
+		// no batch, the pause, the rest.
+		const trickle = 1000
+		_, _ = c.Write(body[:size/2])
+		time.Sleep(100 * time.Millisecond)
+		_, _ = c.Write(body[size/2 : size/2+trickle])
+		time.Sleep(pause)
+		_, _ = c.Write(body[size/2+trickle:])
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}()
+
+	c, err := h.dialMapped("bulk.test", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(4 * pause))
+	fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: bulk.test:%d\r\nContent-Length: %d\r\n\r\n", port, size)
+	if _, err := c.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if !<-upload {
+		t.Fatal("the upstream got the upload altered")
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	first := make([]byte, size/2+1000)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > pause/3 {
+		t.Errorf("what the upstream sent before its pause took %v to arrive (the pause is %v)", took, pause)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(append(first, rest...), body) {
+		t.Fatalf("the answer arrived altered (%d bytes)", len(first)+len(rest))
+	}
+	fmt.Fprintf(c, "GET /small HTTP/1.1\r\nHost: bulk.test:%d\r\n\r\n", port)
+	start = time.Now()
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, _ := io.ReadAll(resp.Body)
+	if took := time.Since(start); string(small) != "ok" || took > pause/3 {
+		t.Errorf("the small answer after the bodies: %q after %v", small, took)
+	}
+	c.Close()
+	e := h.rec.waitFor(t, 0, "the connection", func(e audit.Event) bool { return e.Kind == audit.KindConnect && e.Decision == audit.Allow })
+	if e.Detail["requests"] != "2" || e.BytesOut < size || e.BytesIn < size {
+		t.Errorf("event: %s requests, %d bytes out, %d in; want 2 and at least %d each way", e.Detail["requests"], e.BytesOut, e.BytesIn, size)
 	}
 }
