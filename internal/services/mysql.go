@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,7 +66,7 @@ func startMysql(ctx context.Context, opts Options, sp Spec, runDir string) (*Ser
 		func(data string) []string {
 			return append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(bins, data, dir)...)
 		},
-		func(runData) bool { return isSocket(sock) })
+		func(runData) bool { return accepting(sock) })
 	srv := &Server{Name: sp.Name, Kind: sp.Kind, Version: bins.Version, Socket: sock, Port: 3306, proc: p}
 	if err != nil {
 		return srv, err
@@ -127,9 +128,17 @@ func mysqlFixtureMessage(msg, file string) string {
 	return fixtureMessage(msg, "\x00", file)
 }
 
-func isSocket(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeSocket != 0
+// accepting says whether a server listens on the unix socket at path. The socket's file is not
+// enough: the server binds it before it listens, and a client that connects in between is refused
+// (ECONNREFUSED). A connection the server has not accepted yet waits in its backlog, so a dial that
+// succeeds means the next client's will too.
+func accepting(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // mysqlTemplate returns the template data directory for this server version, user and database,
@@ -162,7 +171,7 @@ func buildMysqlTemplate(ctx context.Context, opts Options, bins Binaries, sp Spe
 		return "", err
 	}
 	defer p.stop()
-	if err := p.waitReady(ctx, func() bool { return isSocket(filepath.Join(work, mysqlSocket)) }); err != nil {
+	if err := p.waitReady(ctx, func() bool { return accepting(filepath.Join(work, mysqlSocket)) }); err != nil {
 		return "", err
 	}
 	pw, err := randomHex(24)

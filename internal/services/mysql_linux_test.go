@@ -99,7 +99,7 @@ func TestMysqlFixtures(t *testing.T) {
 	p, err := startOnClone(context.Background(), opts.IDs, key, dir, filepath.Join(dir, "log"), syscall.SIGTERM,
 		func(data string) []string {
 			return append([]string{bins.Path(bins.Progs[0])}, mysqlArgs(bins, data, dir)...)
-		}, func(runData) bool { return isSocket(sock) })
+		}, func(runData) bool { return accepting(sock) })
 	defer p.stop()
 	if err != nil {
 		t.Fatal(err)
@@ -154,5 +154,31 @@ func TestFindMysqlMissing(t *testing.T) {
 	_, err := findMysql([]string{t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "install the Debian packages mariadb-server and mariadb-client") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestAcceptingNeedsAListener: a socket bound but not yet listening (what mariadbd has for a moment
+// at start) is not ready; the same socket listening is.
+func TestAcceptingNeedsAListener(t *testing.T) {
+	path := filepath.Join(t.TempDir(), mysqlSocket)
+	if accepting(path) {
+		t.Fatal("no socket at all, and accepting says yes")
+	}
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if accepting(path) {
+		t.Fatal("a socket bound but not listening, and accepting says yes")
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !accepting(path) {
+		t.Fatal("a listening socket, and accepting says no")
 	}
 }
