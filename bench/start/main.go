@@ -2,13 +2,14 @@
 // the egress gateway attached (--allow, so the gateway's sockets and nftables rules are set up), and
 // with a policy whose gateway terminates TLS (network.tls.inspect, as any credential or HTTP rule
 // makes it: the run's CA, the sandbox's CA bundle and Java trust store), against plain fork/exec of
-// `true` and against bubblewrap with all namespaces unshared. Contenders
-// are interleaved round by round, so that the machine's state (other jobs on a shared machine)
-// affects every contender alike, and each ratio is taken within a round before its median and
-// spread are reported. It also prints cordon's own peak memory during a run. With -runsc, the gVisor
-// tier (`cordon run --isolation gvisor -- true`) runs too, against bare `runsc do true` (as a shell
-// starts it, and with descriptor 255 open as cordon starts its runsc) and against the native tier,
-// and its memory beside runsc's (root only: the tier needs root).
+// `true` and against bubblewrap with all namespaces unshared. Contenders are interleaved round by
+// round, so that the machine's state (other jobs on a shared machine) affects every contender
+// alike, and each ratio is taken within a round before its median and spread are reported; beside
+// the wall clock's, the ratio of the CPU time the kernel accounted to each run's whole process tree.
+// It also prints cordon's own peak memory during a run. With -runsc, the gVisor tier (`cordon run
+// --isolation gvisor -- true`) runs too, against bare `runsc do true` (as a shell starts it, and
+// with descriptor 255 open as cordon starts its runsc) and against the native tier, and its memory
+// beside runsc's (root only: the tier needs root).
 //
 //	CGO_ENABLED=0 go build -o bin/cordon ./cmd/cordon && go run ./bench/start -cordon bin/cordon -n 50 [-baseline bin/cordon-old] [-runsc $(command -v runsc)]
 package main
@@ -79,6 +80,7 @@ func main() {
 		argv  []string
 		extra []*os.File
 		runs  []time.Duration
+		cpu   []time.Duration // user and system time of the contender and every descendant it waited for
 	}
 	cs := []*contender{
 		{name: "fork/exec true", argv: []string{truePath}},
@@ -139,17 +141,19 @@ func main() {
 			}
 			if i >= 3 { // warm-up runs are not counted
 				c.runs = append(c.runs, time.Since(start))
+				c.cpu = append(c.cpu, cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
 			}
 		}
 		// Runs accumulate state directories; clear them so the store stays small.
 		os.RemoveAll(filepath.Join(state, "cordon"))
 	}
 	byName := map[string]*contender{}
-	fmt.Printf("%-28s %12s %12s %12s\n", "contender", "p10", "median", "p90")
+	fmt.Printf("%-28s %12s %12s %12s %12s\n", "contender", "p10", "median", "p90", "median CPU")
 	for _, c := range cs {
 		byName[c.name] = c
 		s := c.runs
-		fmt.Printf("%-28s %12s %12s %12s\n", c.name, benchstat.Quantile(s, 0.1).Round(time.Microsecond), benchstat.Quantile(s, 0.5).Round(time.Microsecond), benchstat.Quantile(s, 0.9).Round(time.Microsecond))
+		fmt.Printf("%-28s %12s %12s %12s %12s\n", c.name, benchstat.Quantile(s, 0.1).Round(time.Microsecond), benchstat.Quantile(s, 0.5).Round(time.Microsecond),
+			benchstat.Quantile(s, 0.9).Round(time.Microsecond), benchstat.Quantile(c.cpu, 0.5).Round(time.Microsecond))
 	}
 	// Ratios are taken round by round (each contender ran once per round, one after the other), so
 	// a burst of load on a shared machine moves numerator and denominator together.
@@ -158,12 +162,15 @@ func main() {
 		if a == nil || b == nil {
 			return
 		}
-		r := make([]float64, len(a.runs))
+		r, cpu := make([]float64, len(a.runs)), make([]float64, 0, len(a.runs))
 		for i := range a.runs {
 			r[i] = float64(a.runs[i]) / float64(b.runs[i])
+			if b.cpu[i] > 0 { // the kernel accounts CPU in ticks: a very short run can read 0
+				cpu = append(cpu, float64(a.cpu[i])/float64(b.cpu[i]))
+			}
 		}
-		fmt.Printf("ratio %-27s / %-25s median %5.2fx (p25 %.2fx, p75 %.2fx)%s\n", num, den,
-			benchstat.Median(r), benchstat.Quantile(r, 0.25), benchstat.Quantile(r, 0.75), target)
+		fmt.Printf("ratio %-27s / %-25s median %5.2fx (p25 %.2fx, p75 %.2fx), CPU %.2fx%s\n", num, den,
+			benchstat.Median(r), benchstat.Quantile(r, 0.25), benchstat.Quantile(r, 0.75), benchstat.Median(cpu), target)
 	}
 	ratio("cordon run -- true", "fork/exec true", "")
 	ratio("cordon run -- true", "bwrap --unshare-all true", "  target <= 1.5x (issue 2)")
