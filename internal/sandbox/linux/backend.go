@@ -395,15 +395,19 @@ func (l *launched) clone() error {
 		files = append(files, rf.Fd())
 	}
 	pidfd := -1
-	// The runtime is told how many processors to use: two. While init's locked thread builds the
-	// base of the root, a goroutine compiles the seccomp filter and decodes the config, and with the
-	// gateway another installs its rules; on one processor they took turns with the root (with two,
-	// the start was 0.93x with the gateway over 80 paired runs, and 0.95x without it once the config
-	// was decoded beside the root). More would only start idle threads that compete with cordon's
-	// own work. (It does not spare the runtime its look at the cgroup's CPU limit: Go 1.26 reads
-	// /proc/self/cgroup and mountinfo at every start whatever GOMAXPROCS says, some 0.25 ms of each
-	// process here.)
-	procs := "GOMAXPROCS=2"
+	// The runtime is told how many processors to use. Without the gateway it is one: init's work is
+	// nearly one sequence on one locked thread, and with more the runtime spins up idle threads that
+	// compete for the CPU with cordon's own preparation of the run (with the config decoded beside
+	// the root's base, two against one made 1.01x of the start's wall and 1.02x of its CPU, 100
+	// paired runs). With the gateway it is two: the gateway's rules are installed by a
+	// goroutine of their own while init builds the root, and on one processor the two took turns
+	// (median start 0.93x with two, over 80 paired runs). (It does not spare the runtime its look
+	// at the cgroup's CPU limit: Go 1.26 reads /proc/self/cgroup and mountinfo at every start
+	// whatever GOMAXPROCS says, some 0.25 ms of each process here.)
+	procs := "GOMAXPROCS=1"
+	if ls.Egress != nil {
+		procs = "GOMAXPROCS=2"
+	}
 	attr := &syscall.ProcAttr{
 		// Init's environment is its own: the command gets spec.Env.
 		Env:   []string{procs},

@@ -55,9 +55,10 @@ func InitMain() int {
 		report(&failedMsg{Step: se.Step, Error: se.Err.Error(), NoOverlay: errors.Is(se.Err, sandbox.ErrNoOverlay)})
 	}
 
-	// While this thread builds the part of the root that does not depend on the spec, another
+	// While this thread builds the part of the root that does not depend on the spec, a goroutine
 	// compiles the default seccomp filter and then reads and decodes the config (0.4 ms of JSON in a
-	// fresh process): cordon has nothing left to do by then, so its CPU is free.
+	// fresh process): beside it when init has a second processor (with the gateway), else whenever
+	// this thread waits in the kernel.
 	type prepared struct {
 		filter    *seccomp.Filter
 		filterErr error
