@@ -165,7 +165,7 @@ func main() {
 		r, cpu := make([]float64, len(a.runs)), make([]float64, 0, len(a.runs))
 		for i := range a.runs {
 			r[i] = float64(a.runs[i]) / float64(b.runs[i])
-			if b.cpu[i] > 0 { // the kernel accounts CPU in ticks: a very short run can read 0
+			if b.cpu[i] > 0 { // never seen, but a ratio over nothing is no figure
 				cpu = append(cpu, float64(a.cpu[i])/float64(b.cpu[i]))
 			}
 		}

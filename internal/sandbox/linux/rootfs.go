@@ -192,8 +192,11 @@ func bind(src, dst string) error {
 }
 
 // ensureTarget creates a mount point: a directory, or an empty file, with any missing parents. A name
-// that exists is left as it is (a bind over a file already there), and a symbolic link is not
-// followed: mknod makes the file, where an open with O_CREAT would make the link's target.
+// that exists is left as it is (a bind over a file already there). A symbolic link in its place is
+// left too, never followed to create anything: an open with O_CREAT would have made the link's
+// target, wherever init can see it (the host's root among those places, until the last pivot). The
+// mount made there afterwards resolves the name as mount(2) does; the paths cordon mounts were
+// resolved on the host first, and as root are attached from descriptors opened without links.
 //
 // The mount point is made first and its parents only when they are missing: they nearly always
 // exist (the tmpfs just mounted, the entry before), and init makes some fifty mount points on the way

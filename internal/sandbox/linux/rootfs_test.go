@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestWriteAfterHostFile: the generated CA bundle is the host's bundle, a newline when it lacks its
@@ -110,6 +112,8 @@ func TestEnsureTarget(t *testing.T) {
 
 // TestWriteNewFile: a generated file is made new with its content, never written over one there.
 func TestWriteNewFile(t *testing.T) {
+	// No umask, so that the mode checked is the one asked for: under the usual 022 a 0666 would pass.
+	defer unix.Umask(unix.Umask(0))
 	dir := t.TempDir()
 	p := filepath.Join(dir, "hosts")
 	if err := writeNewFile(p, []byte("127.0.0.1\tlocalhost\n")); err != nil {
@@ -118,8 +122,8 @@ func TestWriteNewFile(t *testing.T) {
 	if b, err := os.ReadFile(p); err != nil || string(b) != "127.0.0.1\tlocalhost\n" {
 		t.Fatalf("got %q, %v", b, err)
 	}
-	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o022 != 0 || fi.Mode().Perm()&0o444 != 0o444 {
-		t.Fatalf("mode %v, %v: want readable by all, writable by its owner only", fi.Mode(), err)
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, %v: want 0644, readable by all, writable by its owner only", fi.Mode(), err)
 	}
 	if err := writeNewFile(p, []byte("other")); err == nil {
 		t.Fatal("an existing file was written over")
