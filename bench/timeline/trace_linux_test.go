@@ -38,13 +38,15 @@ func TestTracedBuildMarksBothProcesses(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.Bytes())
 	}
 	got := summarize([]run{r})
-	// Two chains: init's locked thread and cordon, in sequence; and init's preparing goroutine, which
-	// runs beside the thread's first steps (in parallel with the gateway's second processor) and is
-	// ordered against the thread only where the thread joins it.
+	// Init's locked thread and cordon, in sequence; and init's preparing goroutine, which runs beside
+	// the thread's steps (in parallel with the gateway's second processor) and is ordered against the
+	// thread only where the thread joins it: the config before the root is built, the filter before
+	// it is installed.
 	chains := [][]string{
 		{"cordon main", "cordon launch", "init   main", "init   sockets sent", "init   base of the root", "init   config joined",
 			"init   rules installed", "init   landlock", "init   command started", "cordon started", "cordon finished", "cordon exit"},
-		{"init   main", "init   filter compiled", "init   config read", "init   config joined"},
+		{"init   main", "init   config read", "init   config joined"},
+		{"init   config read", "init   filter compiled", "init   seccomp"},
 	}
 	for _, order := range chains {
 		last := -1.0

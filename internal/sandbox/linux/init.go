@@ -56,23 +56,31 @@ func InitMain() int {
 	}
 
 	// While this thread builds the part of the root that does not depend on the spec, a goroutine
-	// compiles the default seccomp filter and then reads and decodes the config (0.4 ms of JSON in a
-	// fresh process): beside it when init has a second processor (with the gateway), else whenever
+	// reads and decodes the config (0.4 ms of JSON in a fresh process), which the thread needs first,
+	// and then compiles the seccomp filter the spec asks for, which is needed only once the root is
+	// built: beside this thread when init has a second processor (with the gateway), else whenever
 	// this thread waits in the kernel.
-	type prepared struct {
-		filter    *seccomp.Filter
-		filterErr error
-		cfg       *initConfig
-		cfgErr    error
+	type config struct {
+		cfg *initConfig
+		err error
 	}
-	preparing := make(chan prepared, 1)
+	type compiled struct {
+		filter *seccomp.Filter
+		err    error
+	}
+	configs := make(chan config, 1)
+	filters := make(chan compiled, 1)
 	go func() {
-		var p prepared
-		p.filter, p.filterErr = seccomp.Compile(seccomp.Options{})
-		starttrace.Mark("filter compiled")
-		p.cfg, p.cfgErr = readConfig(os.NewFile(configFD, "config"))
+		cfg, err := readConfig(os.NewFile(configFD, "config"))
 		starttrace.Mark("config read")
-		preparing <- p
+		configs <- config{cfg, err}
+		if err != nil {
+			return
+		}
+		var c compiled
+		c.filter, c.err = seccomp.Compile(seccomp.Options{AllowNesting: cfg.Spec.AllowNesting})
+		starttrace.Mark("filter compiled")
+		filters <- c
 	}()
 	// The base of the root, and the gateway's sockets and rules when cordon said at launch (argv[1])
 	// that it attaches the gateway.
@@ -88,10 +96,10 @@ func InitMain() int {
 		baseErr = buildBase()
 	}
 	starttrace.Mark("base of the root")
-	p := <-preparing
+	read := <-configs
 	starttrace.Mark("config joined")
-	cfg, filter, filterErr := p.cfg, p.filter, p.filterErr
-	if err := p.cfgErr; err != nil {
+	cfg := read.cfg
+	if err := read.err; err != nil {
 		failed(&sandbox.SetupError{Step: "reading the sandbox config", Err: err})
 		return 125
 	}
@@ -108,12 +116,9 @@ func InitMain() int {
 		failed(se)
 		return 125
 	}
-	if cfg.Spec.AllowNesting {
-		filter, filterErr = seccomp.Compile(seccomp.Options{AllowNesting: true})
-	}
-	if filterErr != nil {
-		failed(&sandbox.SetupError{Step: "compiling the seccomp filter", Err: filterErr})
-		return 125
+	filter := func() (*seccomp.Filter, error) {
+		c := <-filters
+		return c.filter, c.err
 	}
 	pid, warnings, err := setup(cfg, filter, releaseRules)
 	if err != nil {
@@ -171,7 +176,7 @@ func readConfig(f *os.File) (*initConfig, error) {
 // releaseRules closes the gateway rules' netlink socket (netns.InstallHere); setup calls it in the
 // background as soon as no thread of init is left to drop its capabilities, natively right after
 // dropPrivileges, before the runtime starts in the gVisor tier.
-func setup(cfg *initConfig, filter *seccomp.Filter, releaseRules func()) (int, []string, error) {
+func setup(cfg *initConfig, filter func() (*seccomp.Filter, error), releaseRules func()) (int, []string, error) {
 	released := false
 	release := func() {
 		if !released {
@@ -275,7 +280,11 @@ func setup(cfg *initConfig, filter *seccomp.Filter, releaseRules func()) (int, [
 	if w != "" {
 		warnings = append(warnings, w)
 	}
-	if err := step("installing the seccomp filter", filter.Install()); err != nil {
+	f, err := filter()
+	if err := step("compiling the seccomp filter", err); err != nil {
+		return 0, nil, err
+	}
+	if err := step("installing the seccomp filter", f.Install()); err != nil {
 		return 0, nil, err
 	}
 	starttrace.Mark("seccomp")
