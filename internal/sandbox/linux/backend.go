@@ -395,19 +395,16 @@ func (l *launched) clone() error {
 		files = append(files, rf.Fd())
 	}
 	pidfd := -1
-	// The runtime is told how many processors to use. Without the gateway it is one: init's work is
-	// nearly one sequence on one locked thread, and with more the runtime spins up idle threads that
-	// compete for the CPU with cordon's own preparation of the run (with the config decoded beside
-	// the root's base, two against one made 1.01x of the start's wall and 1.02x of its CPU, 100
-	// paired runs). With the gateway it is two: the gateway's rules are installed by a
-	// goroutine of their own while init builds the root, and on one processor the two took turns
-	// (median start 0.93x with two, over 80 paired runs). (It does not spare the runtime its look
-	// at the cgroup's CPU limit: Go 1.26 reads /proc/self/cgroup and mountinfo at every start
-	// whatever GOMAXPROCS says, some 0.25 ms of each process here.)
-	procs := "GOMAXPROCS=1"
-	if ls.Egress != nil {
-		procs = "GOMAXPROCS=2"
-	}
+	// The runtime is told how many processors to use: two, whatever the host has, since init's work
+	// is one locked thread's sequence with at most two goroutines beside it (the config's decoding
+	// and the seccomp filter's compiling; with the gateway, the installation of its rules), and more
+	// processors would only spin up idle threads. With one, those goroutines ran only while the
+	// thread waited in the kernel: two against one made the start 0.93-0.97x of the wall clock
+	// without the gateway (CPU 0.96-1.01x, three calls of 100 paired runs), and with the gateway 0.93x
+	// (80 paired runs). (It does not spare the runtime its look at the cgroup's CPU limit: Go 1.26
+	// reads /proc/self/cgroup and mountinfo at every start whatever GOMAXPROCS says, some 0.25 ms of
+	// each process here.)
+	const procs = "GOMAXPROCS=2"
 	attr := &syscall.ProcAttr{
 		// Init's environment is its own: the command gets spec.Env.
 		Env:   []string{procs},

@@ -58,8 +58,7 @@ func InitMain() int {
 	// While this thread builds the part of the root that does not depend on the spec, a goroutine
 	// reads and decodes the config (0.4 ms of JSON in a fresh process), which the thread needs first,
 	// and then compiles the seccomp filter the spec asks for, which is needed only once the root is
-	// built: beside this thread when init has a second processor (with the gateway), else whenever
-	// this thread waits in the kernel.
+	// built, on init's second processor beside this thread.
 	type config struct {
 		cfg *initConfig
 		err error
