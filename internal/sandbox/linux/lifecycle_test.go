@@ -226,3 +226,66 @@ func TestWaitHonoursContext(t *testing.T) {
 		t.Errorf("second Wait = %+v, want %+v", st2, st)
 	}
 }
+
+// TestInitRefusesABadConfig: init decodes its config on a goroutine beside the root's first steps;
+// a config it cannot read as one (not JSON, a field it does not know, another message, nothing at
+// all) must still end init with 125 and the step named, before anything of the command's runs, and
+// with or without the gateway's second goroutine at work.
+func TestInitRefusesABadConfig(t *testing.T) {
+	good, err := encodeMsg(&initConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := encodeMsg(&startedMsg{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := []byte(strings.Replace(string(good), `"body":{`, `"body":{"Smuggled":true,`, 1))
+	if string(unknown) == string(good) {
+		t.Fatalf("no body to add a field to in %s", good)
+	}
+	for _, tc := range []struct {
+		name, want string
+		config     []byte
+	}{
+		{"not JSON", "", []byte("{")},
+		{"an unknown field", "Smuggled", unknown},
+		{"another message", "instead of the config", started},
+		{"nothing", "", nil},
+	} {
+		for _, egress := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/egress=%v", tc.name, egress), func(t *testing.T) {
+				ls := &sandbox.LaunchSpec{User: testUser}
+				if egress {
+					ls.Egress = &sandbox.EgressPorts{Transparent: 15001, Proxy: 3128, DNS: 53}
+				}
+				box, err := (&Backend{}).Launch(context.Background(), ls)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := box.(*launched)
+				if _, err := l.cfgW.Write(tc.config); err != nil {
+					t.Fatal(err)
+				}
+				l.cfgW.Close()
+				m, err := l.s.readStatus(l.statR)
+				l.statR.Close()
+				<-l.s.done
+				l.s.cleanup()
+				if err != nil {
+					t.Fatalf("reading init's status: %v", err)
+				}
+				f, ok := m.(*failedMsg)
+				if !ok {
+					t.Fatalf("init answered %T (%+v), want a failure", m, m)
+				}
+				if f.Step != "reading the sandbox config" || !strings.Contains(f.Error, tc.want) {
+					t.Errorf("init failed at %q (%s), want %q mentioning %q", f.Step, f.Error, "reading the sandbox config", tc.want)
+				}
+				if ws := l.s.waitStatus; !ws.Exited() || ws.ExitStatus() != 125 {
+					t.Errorf("init ended with %v, want exit 125", ws)
+				}
+			})
+		}
+	}
+}
