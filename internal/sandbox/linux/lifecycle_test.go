@@ -269,9 +269,8 @@ func TestInitRefusesABadConfig(t *testing.T) {
 				}
 				l.cfgW.Close()
 				m, err := l.s.readStatus(l.statR)
-				l.statR.Close()
 				<-l.s.done
-				l.s.cleanup()
+				box.Abort() // what a failed start leaves: init's channels, its cgroup, the ids' namespace
 				if err != nil {
 					t.Fatalf("reading init's status: %v", err)
 				}
