@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -149,15 +150,31 @@ func compare(t *testing.T, i int, r *Request, g *http.Request) {
 	}
 	want := http.Header{}
 	var host string
+	var trailer []string // the names a chunked request declares, which net/http moves to its Trailer
 	for _, f := range r.Fields {
 		k := textproto.CanonicalMIMEHeaderKey(f.Name)
 		switch {
 		case k == "Host":
 			host = f.Value
 		case k == "Transfer-Encoding" && r.Chunked:
+		case k == "Trailer" && r.Chunked:
+			for name := range strings.SplitSeq(f.Value, ",") {
+				if name = strings.Trim(name, " \t"); name != "" {
+					trailer = append(trailer, textproto.CanonicalMIMEHeaderKey(name))
+				}
+			}
 		default:
 			want[k] = append(want[k], f.Value)
 		}
+	}
+	var theirs []string
+	for name := range g.Trailer {
+		theirs = append(theirs, name)
+	}
+	slices.Sort(trailer)
+	slices.Sort(theirs)
+	if !slices.Equal(slices.Compact(trailer), theirs) {
+		fail("declared trailer", trailer, theirs)
 	}
 	if want.Get("Pragma") == "no-cache" && want.Get("Cache-Control") == "" && r.Version == "HTTP/1.1" {
 		want.Set("Cache-Control", "no-cache")
@@ -217,6 +234,7 @@ var framingCases = []struct {
 	{"bad chunk extension", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5;a=\"x\r\nhello\r\n0\r\n\r\n", false},
 	{"chunk without CRLF after it", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", false},
 	{"trailer fields", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nHost: evil.test\r\n\r\n", false},
+	{"chunked declaring trailers", "POST / HTTP/1.1\r\nHost: a.test\r\nTrailer: X-Sum, x-other,\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true},
 	{"Trailer naming Content-Length", "POST / HTTP/1.1\r\nHost: a.test\r\nTrailer: Content-Length\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", false},
 	{"second request malformed", "GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET / HTTP/1.1\r\nHost: a.test\r\nHost: evil.test\r\n\r\n", false},
 }
